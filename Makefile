@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` (convert a bundled real trace) and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEVSTAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test check lint typecheck bench clean install dev
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(DEVSTAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+dev: $(DEVSTAMP)
+
+demo: $(STAMP)
+	$(BIN)/traceconv ingest fixtures/pytorch/train_buggy.pt.trace.json.gz -o build/demo/train_buggy.parquet
+	$(BIN)/python -c "import traceconv; df = traceconv.read_unified('build/demo/train_buggy.parquet', kinds=['kernel']); \
+	print(df.groupby('name', observed=True)['dur_ns'].agg(['count', 'sum']).sort_values('sum', ascending=False).head(10).to_string())"
+
+test: $(DEVSTAMP)
+	$(BIN)/pytest -q -n 2
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check traceconv tests bench
+	$(BIN)/ruff format --check traceconv tests bench
+
+typecheck: $(DEVSTAMP)
+	$(BIN)/mypy traceconv
+
+check: lint typecheck test
+
+bench: $(DEVSTAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf build $(VENV) .pytest_cache .mypy_cache

@@ -1,0 +1,174 @@
+"""Parquet out and in: atomic writes with trace metadata, schema-checked reads, ``read_unified``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from traceconv import schema as S
+from traceconv.errors import InputError, SchemaVersionError, UsageError
+from traceconv.readers import Progress, Reader, open_reader
+
+
+@dataclass
+class WriteResult:
+    path: Path
+    rows: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)
+    start_ns: int | None = None
+    end_ns: int | None = None
+    info: Any = None
+
+
+def _tally(result: WriteResult, table: pa.Table) -> None:
+    result.rows += table.num_rows
+    counts = pc.value_counts(table["kind"].cast(pa.string()).combine_chunks())
+    for item in counts.to_pylist():
+        result.kinds[item["values"]] = result.kinds.get(item["values"], 0) + item["counts"]
+    lo, hi = pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
+    if lo is not None:
+        result.start_ns = lo if result.start_ns is None else min(result.start_ns, lo)
+    if hi is not None:
+        result.end_ns = hi if result.end_ns is None else max(result.end_ns, hi)
+
+
+def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
+    info = reader.info
+    stats = {"rows": result.rows, "kinds": result.kinds, "notes": info.notes, "counters": info.counters,
+             "input": str(info.path), "trace_id": info.trace_id, "rank": info.rank}
+    return {
+        S.META_SCHEMA_VERSION: S.SCHEMA_VERSION.encode(),
+        S.META_SOURCE: info.source.encode(),
+        S.META_TIME_BASE: info.time_base.encode(),
+        S.META_TRACE: json.dumps(info.metadata, default=str).encode(),
+        S.META_STATS: json.dumps(stats, default=str).encode(),
+    }
+
+
+def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> WriteResult:
+    """Write to a temporary name beside ``out`` and rename on success: never a half-written file."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    result = WriteResult(path=out)
+    try:
+        with pq.ParquetWriter(tmp, S.SCHEMA, compression="zstd") as writer:
+            for table in tables:
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                _tally(result, table)
+            writer.add_key_value_metadata(_metadata(reader, result))
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    result.info = reader.info
+    return result
+
+
+def convert(path: Path, out: Path, fmt: str | None = None, progress: Progress | None = None,
+            **options: Any) -> WriteResult:
+    """Convert one input file (any supported format) to one unified Parquet file."""
+    reader = open_reader(Path(path), fmt, progress=progress, **options)
+    return write_tables(reader, reader.tables(), out)
+
+
+def read(path: Path, fmt: str | None = None, **options: Any) -> pa.Table:
+    """Read one input file into a single unified ``pyarrow.Table`` (metadata on its schema)."""
+    reader = open_reader(Path(path), fmt, **options)
+    tables = list(reader.tables())
+    table = pa.concat_tables(tables) if tables else S.empty_table()
+    result = WriteResult(path=Path(path))
+    for t in tables:
+        _tally(result, t)
+    return table.replace_schema_metadata(_metadata(reader, result))
+
+
+# -- reading traceconv Parquet ----------------------------------------------------------
+def file_metadata(path: Path) -> dict[bytes, bytes]:
+    try:
+        meta = pq.read_metadata(path).metadata or {}
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(path, f"is not a readable Parquet file ({exc})", "convert the trace again") from exc
+    return dict(meta)
+
+
+def check_version(path: Path) -> dict[bytes, bytes]:
+    meta = file_metadata(path)
+    version = meta.get(S.META_SCHEMA_VERSION)
+    if version is None:
+        raise SchemaVersionError(path, "is not a traceconv Parquet file (no schema version)",
+                                 "convert the trace with `traceconv ingest`")
+    if version.decode() != S.SCHEMA_VERSION:
+        raise SchemaVersionError(path, f"was written with schema v{version.decode()}, this traceconv reads "
+                                 f"v{S.SCHEMA_VERSION}", "convert the original trace again")
+    return meta
+
+
+def _files(path: Path) -> list[Path]:
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
+        if not files:
+            raise InputError(path, "holds no .parquet files", "run `traceconv ingest` on the traces first")
+        return files
+    if not path.exists():
+        raise InputError(path, "does not exist", "check the path")
+    return [path]
+
+
+def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``."""
+    files = _files(path)
+    for f in files:
+        check_version(f)
+    if columns is not None:
+        unknown = sorted(set(columns) - set(S.NAMES))
+        if unknown:
+            raise UsageError(None, f"unknown column(s) {', '.join(unknown)}", "see the schema table in the README")
+    if kinds is not None:
+        bad = sorted(set(kinds) - set(S.KINDS))
+        if bad:
+            raise UsageError(None, f"unknown kind(s) {', '.join(bad)}", f"choose from {', '.join(S.KINDS)}")
+    dataset = ds.dataset([str(f) for f in files], format="parquet", schema=S.SCHEMA)
+    filt = ds.field("kind").isin(list(kinds)) if kinds is not None else None
+    return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filt)
+
+
+def read_unified(path: str | Path, kinds: Sequence[str] | None = None,
+                 columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A traceconv Parquet file or dataset directory as a pandas DataFrame.
+
+    Example::
+
+        df = traceconv.read_unified("trace.parquet", kinds=["kernel"], columns=["name", "dur_ns"])
+    """
+    table = read_table(Path(path), kinds, columns)
+    return table.to_pandas(types_mapper=_nullable)
+
+
+def _nullable(typ: pa.DataType) -> Any:
+    if pa.types.is_integer(typ):
+        return {8: pd.Int8Dtype(), 16: pd.Int16Dtype(), 32: pd.Int32Dtype(), 64: pd.Int64Dtype()}[typ.bit_width]
+    return None
+
+
+def trace_metadata(path: Path) -> dict[str, Any]:
+    """The decoded traceconv metadata of one Parquet file."""
+    meta = check_version(path)
+    return {
+        "schema_version": meta[S.META_SCHEMA_VERSION].decode(),
+        "source": meta.get(S.META_SOURCE, b"").decode(),
+        "time_base": meta.get(S.META_TIME_BASE, b"").decode(),
+        "trace": json.loads(meta.get(S.META_TRACE, b"{}")),
+        "stats": json.loads(meta.get(S.META_STATS, b"{}")),
+    }

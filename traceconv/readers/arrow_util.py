@@ -1,0 +1,79 @@
+"""Small Arrow/numpy helpers shared by readers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+I64 = npt.NDArray[np.int64]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def numbers(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """A numeric array from Python values; values that do not fit (``"inf"``, text, overflow) become null."""
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([_fit(v, typ) for v in values], type=typ)
+
+
+def _fit(v: Any, typ: pa.DataType) -> Any:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if pa.types.is_integer(typ):
+        if isinstance(v, float):
+            if not v.is_integer():
+                return None
+            v = int(v)
+        bits = typ.bit_width
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        return v if isinstance(v, int) and lo <= v <= hi else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def scatter(n: int, idx: I64, values: pa.Array) -> pa.Array:
+    """Length-``n`` array with ``values`` at positions ``idx`` and nulls elsewhere."""
+    if len(idx) == n:
+        return values
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[idx] = np.arange(len(idx), dtype=np.int64)
+    return values.take(pa.array(pos, mask=pos < 0))
+
+
+def to_numpy(arr: pa.Array | pa.ChunkedArray, fill: int = -1) -> I64:
+    """int64 numpy view of an integer column, nulls replaced by ``fill``."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count:
+        arr = pc.fill_null(arr, fill)
+    return np.asarray(arr.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def masked(values: I64, valid: npt.NDArray[np.bool_], typ: pa.DataType = pa.int64()) -> pa.Array:
+    return pa.array(values, type=typ, mask=~valid)
+
+
+def dict_codes(arr: pa.Array) -> tuple[list[str | None], I64]:
+    """Dictionary-encode: (distinct values, int64 codes with -1 for null)."""
+    enc = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr)
+    values = enc.dictionary.to_pylist()
+    return values, to_numpy(enc.indices)
+
+
+def from_codes(codes: I64, values: Sequence[str | None]) -> pa.Array:
+    """Dictionary array from codes into ``values`` (-1 = null)."""
+    indices = pa.array(codes.astype(np.int32), mask=codes < 0)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(values), type=pa.string()))

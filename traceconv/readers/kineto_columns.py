@@ -1,0 +1,233 @@
+"""One decoded chunk of Kineto events -> unified columns (pass 1: everything but the links)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceconv import schema as S
+from traceconv.readers.arrow_util import I64, dict_codes, from_codes, numbers, scatter
+from traceconv.readers.kineto_decode import Args
+
+# category (lower-cased) -> kind. Legacy 2021 names are the capitalised ones.
+CATEGORY_KINDS = {
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
+    "cuda_runtime": "cuda_api", "cuda_driver": "cuda_api", "runtime": "cuda_api",
+    "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "nvtx", "gpu_user_annotation": "nvtx",
+    "python_function": "python", "cuda_sync": "sync", "cpu_instant_event": "marker",
+}
+API_CLASS = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
+GPU_SIDE = frozenset({"kernel", "memcpy", "memset"})
+_KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
+_COPY = re.compile(r"^Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?")
+_SET = re.compile(r"^Memset\s*\((\w+)\)")
+_TS_EXACT = re.compile(rb'"ts"\s*:\s*-?(?:\d{14,}|9\d{12}|8[7-9]\d{11})\.')
+
+
+def needs_exact(chunk: bytes) -> bool:
+    """Absolute microseconds with decimals lose nanoseconds in a float64: decode those exactly."""
+    return _TS_EXACT.search(chunk) is not None
+
+
+def unpadded_fractions(sample: bytes) -> bool:
+    """Kineto before 2024-04 printed ``ts`` as ``{us}.{ns % 1000}`` without zero padding.
+
+    Such a writer produces fractions shorter than three digits *and* fractions that end in
+    0 (``.45``, ``.450``); a padded writer never writes short ones, a float printer never
+    writes a trailing zero.
+    """
+    fracs = re.findall(rb'"(?:ts|dur)"\s*:\s*-?\d+\.(\d+)', sample[: 4 << 20])
+    short = any(len(f) < 3 for f in fracs)
+    trailing_zero = any(len(f) >= 2 and f.endswith(b"0") for f in fracs)
+    return short and trailing_zero
+
+
+def kind_of(ph: str | None, cat: str | None) -> str:
+    if ph in ("s", "f", "t", "M", "C", "b", "e", "n"):
+        return "other"
+    kind = CATEGORY_KINDS.get((cat or "").lower())
+    if kind is not None:
+        return kind
+    return "marker" if ph in ("i", "I", "R") else "other"
+
+
+@dataclass
+class ChunkContext:
+    first_event_id: int
+    exact: bool
+    unpadded: bool
+
+
+def times_ns(values: list[Any], exact: bool, unpadded: bool) -> pa.Array:
+    """Microseconds as written -> exact int64 nanoseconds (null where absent)."""
+    if not exact:
+        arr = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        valid = np.isfinite(arr)
+        whole = np.floor(np.where(valid, arr, 0.0))
+        ns = whole.astype(np.int64) * 1000 + np.rint((np.where(valid, arr, 0.0) - whole) * 1000).astype(np.int64)
+        return pa.array(ns, mask=~valid)
+    return pa.array([_decimal_ns(v, unpadded) for v in values], type=pa.int64())
+
+
+def _decimal_ns(v: Decimal | None, unpadded: bool) -> int | None:
+    if v is None or not v.is_finite():
+        return None
+    if unpadded:
+        sign, digits, exp = v.as_tuple()
+        assert isinstance(exp, int)
+        if exp < 0:
+            text = "".join(map(str, digits)).rjust(-exp + 1, "0")
+            value = int(text[:exp]) * 1000 + int(text[exp:])
+            return -value if sign else value
+    return int(v.scaleb(3).to_integral_value())
+
+
+def build(events: list[Any], args: list[Args | None], ctx: ChunkContext) -> pa.Table:
+    n = len(events)
+    cols: dict[str, pa.Array] = {}
+    ph = pa.array([e.ph for e in events], pa.string())
+    cat = pa.array([e.cat for e in events], pa.string())
+    name = pa.array([e.name for e in events], pa.string()).dictionary_encode()
+    kinds = _kinds(ph, cat, name)
+    cols["event_id"] = pa.array(np.arange(ctx.first_event_id, ctx.first_event_id + n, dtype=np.int64))
+    cols["kind"] = from_codes(kinds, S.KINDS)
+    cols["category"] = cat.dictionary_encode()
+    cols["phase"] = ph.dictionary_encode()
+    cols["name"] = name
+    _ids(cols, [e.pid for e in events], "pid")
+    _ids(cols, [e.tid for e in events], "tid")
+    start = times_ns([e.ts for e in events], ctx.exact, ctx.unpadded)
+    dur = times_ns([e.dur for e in events], ctx.exact, ctx.unpadded)
+    dur = pc.if_else(pc.and_(pc.is_null(dur), pc.is_valid(start)), pa.scalar(0, pa.int64()), dur)
+    cols["start_ns"], cols["dur_ns"], cols["end_ns"] = start, dur, pc.add(start, dur)
+    cols["flow_id"] = numbers([e.id for e in events], pa.int64())
+    cols["args"] = pa.array([bytes(e.args) or None for e in events], pa.binary()).cast(pa.string())
+    cols["correlation_id"] = numbers([a.correlation if a is not None else None for a in args], pa.int64())
+    cols["external_id"] = numbers(
+        [(a.external_id if a.external_id is not None else a.external_id_legacy) if a is not None else None
+         for a in args], pa.int64())
+    cols["api_class"] = _api_class(cat, kinds)
+    _gpu_detail(cols, args, kinds, name, n)
+    _memory_detail(cols, args, kinds, n)
+    return S.conform(cols, n)
+
+
+def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:
+    keys = pc.binary_join_element_wise(pc.fill_null(ph, ""), pc.fill_null(cat, "\x00"), "\x01")
+    distinct, codes = dict_codes(keys)
+    lut = np.empty(len(distinct), dtype=np.int64)
+    for i, key in enumerate(distinct):
+        p, _, c = (key or "").partition("\x01")
+        lut[i] = _KIND_CODE[kind_of(p, None if c == "\x00" else c)]
+    kinds = lut[codes]
+    names = name.dictionary.to_pylist()
+    if "[memory]" in names:
+        is_mem = np.asarray(pc.equal(name.indices, names.index("[memory]")).fill_null(False))
+        kinds[is_mem] = _KIND_CODE["memory"]
+    return kinds
+
+
+def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
+    """Integer ids as int64; anything else (``"Spans"``, ``"stream 7"``) kept as a label."""
+    ints = [v if type(v) is int else (int(v) if type(v) is float and v.is_integer() else None) for v in values]
+    cols[col] = numbers(ints, pa.int64())
+    labels = [None if type(v) is int or v is None else str(v) for v in values]
+    cols[col + "_label"] = pa.array(labels, pa.string()).dictionary_encode()
+
+
+def _api_class(cat: pa.Array, kinds: I64) -> pa.Array:
+    lowered = pc.utf8_lower(pc.fill_null(cat, ""))
+    mapped = pc.index_in(lowered, value_set=pa.array(list(API_CLASS)))
+    values = list(API_CLASS.values())
+    codes = np.asarray(mapped.fill_null(-1), dtype=np.int64)
+    codes[kinds != _KIND_CODE["cuda_api"]] = -1
+    return from_codes(codes, values)
+
+
+def _gpu_detail(cols: dict[str, pa.Array], args: list[Args | None], kinds: I64, name: pa.DictionaryArray,
+                n: int) -> None:
+    gpu = np.isin(kinds, [_KIND_CODE[k] for k in GPU_SIDE])
+    annot = np.asarray(pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")),
+                                "gpu_user_annotation"))
+    idx = np.flatnonzero(gpu | annot)
+    if len(idx) == 0:
+        return
+    sel = [args[i] for i in idx]
+
+    def field(attr: str, typ: pa.DataType) -> pa.Array:
+        return scatter(n, idx, numbers([getattr(a, attr) if a is not None else None for a in sel], typ))
+
+    def dim(attr: str, k: int) -> pa.Array:
+        vals = [getattr(a, attr) if a is not None else None for a in sel]
+        return scatter(n, idx, numbers([v[k] if isinstance(v, list) and len(v) > k else None for v in vals],
+                                       pa.int32()))
+
+    pid_dev, tid_stream = cols["pid"].take(pa.array(idx)), _stream_from_tid(cols, idx)
+    cols["device"] = pc.coalesce(field("device", pa.int32()), scatter(n, idx, pid_dev.cast(pa.int32())))
+    cols["stream"] = pc.coalesce(field("stream", pa.int64()), scatter(n, idx, tid_stream))
+    cols["context"] = field("context", pa.int64())
+    for axis, k in (("x", 0), ("y", 1), ("z", 2)):
+        cols[f"grid_{axis}"], cols[f"block_{axis}"] = dim("grid", k), dim("block", k)
+    cols["registers_per_thread"] = field("registers", pa.int32())
+    cols["shared_memory_bytes"] = field("shared_memory", pa.int64())
+    cols["blocks_per_sm"] = field("blocks_per_sm", pa.float64())
+    cols["warps_per_sm"] = field("warps_per_sm", pa.float64())
+    cols["occupancy_pct"] = pc.coalesce(field("occupancy", pa.float64()), field("theoretical_occupancy", pa.float64()))
+    cols["bytes"] = field("bytes", pa.int64())
+    cols["src_device"] = field("from_device", pa.int32())
+    cols["dst_device"] = field("to_device", pa.int32())
+    dur = cols["dur_ns"]
+    computed = pc.divide(pc.cast(cols["bytes"], pa.float64()), pc.if_else(pc.greater(dur, 0), dur, None))
+    cols["bandwidth_gbps"] = pc.coalesce(field("bandwidth", pa.float64()), computed)
+    _copy_kinds(cols, name, kinds)
+
+
+def _stream_from_tid(cols: dict[str, pa.Array], idx: I64) -> pa.Array:
+    tid = cols["tid"].take(pa.array(idx))
+    label = cols["tid_label"].take(pa.array(idx)).cast(pa.string())
+    digits = pc.extract_regex(label, r"^stream\s*(?P<s>\d+)")
+    from_label = pc.struct_field(digits, [0]).cast(pa.int64())
+    return pc.coalesce(tid, from_label)
+
+
+def _copy_kinds(cols: dict[str, pa.Array], name: pa.DictionaryArray, kinds: I64) -> None:
+    distinct = name.dictionary.to_pylist()
+    parsed: list[tuple[str | None, str | None, str | None]] = []
+    for text in distinct:
+        m = _COPY.match(text or "")
+        if m:
+            parsed.append((m.group(1), m.group(2), m.group(3)))
+            continue
+        m = _SET.match(text or "")
+        parsed.append((None, None, m.group(1)) if m else (None, None, None))
+    codes = np.asarray(name.indices.fill_null(-1), dtype=np.int64)
+    copyish = np.isin(kinds, [_KIND_CODE["memcpy"], _KIND_CODE["memset"]]) & (codes >= 0)
+    for col, k in (("copy_kind", 0), ("src_kind", 1), ("dst_kind", 2)):
+        values = [p[k] for p in parsed]
+        labels = sorted({v for v in values if v is not None})
+        lut = np.array([labels.index(v) if v is not None else -1 for v in values] or [-1], dtype=np.int64)
+        out = np.where(copyish, lut[np.maximum(codes, 0)], -1)
+        cols[col] = from_codes(out, labels)
+
+
+def _memory_detail(cols: dict[str, pa.Array], args: list[Args | None], kinds: I64, n: int) -> None:
+    idx = np.flatnonzero(kinds == _KIND_CODE["memory"])
+    if len(idx) == 0:
+        return
+    sel = [args[i] for i in idx]
+
+    def field(attr: str, typ: pa.DataType) -> pa.Array:
+        return scatter(n, idx, numbers([getattr(a, attr) if a is not None else None for a in sel], typ))
+
+    cols["bytes"] = pc.coalesce(cols.get("bytes", pa.nulls(n, pa.int64())), field("bytes_upper", pa.int64()))
+    cols["total_allocated_bytes"] = field("total_allocated", pa.int64())
+    cols["total_reserved_bytes"] = field("total_reserved", pa.int64())
+    device = field("device_id", pa.int32())
+    device = pc.if_else(pc.less(device, 0), None, device)
+    cols["device"] = pc.coalesce(cols.get("device", pa.nulls(n, pa.int32())), device)

@@ -1,0 +1,222 @@
+"""Decode chunks of Kineto events into typed structures (no per-event dicts).
+
+Two decodes of the same bytes: one for the event fields (``args`` kept as raw JSON text,
+so that every argument survives), one for the few arguments that have columns. Both skip
+what they do not need at C speed. When a chunk does not fit the types (a string where a
+number should be, an integer past 64 bits) it is decoded generically and coerced.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any, Union
+
+import msgspec
+
+from traceconv.readers.chunker import ChunkDecodeError
+
+Num = Union[int, float, None]
+Id = Union[int, str, float, None]
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Union[str, None] = None
+    name: Union[str, None] = None
+    pid: Id = None
+    tid: Id = None
+    ts: Union[float, None] = None
+    dur: Union[float, None] = None
+    id: Id = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class ExactEvent(msgspec.Struct, gc=False):
+    """Same as :class:`Event` with exact decimal times (absolute microseconds with decimals)."""
+
+    ph: str = ""
+    cat: Union[str, None] = None
+    name: Union[str, None] = None
+    pid: Id = None
+    tid: Id = None
+    ts: Union[Decimal, None] = None
+    dur: Union[Decimal, None] = None
+    id: Id = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class Args(msgspec.Struct, gc=False, rename={
+    "external_id": "External id", "external_id_legacy": "external id", "registers": "registers per thread",
+    "shared_memory": "shared memory", "blocks_per_sm": "blocks per SM", "warps_per_sm": "warps per SM",
+    "occupancy": "est. achieved occupancy %", "theoretical_occupancy": "theoretical occupancy %",
+    "bandwidth": "memory bandwidth (GB/s)", "bytes_upper": "Bytes", "total_allocated": "Total Allocated",
+    "total_reserved": "Total Reserved", "device_id": "Device Id", "device_type": "Device Type",
+    "from_device": "fromDevice", "to_device": "toDevice", "thread_name": "name",
+}):
+    correlation: Num = None
+    external_id: Num = None
+    external_id_legacy: Num = None
+    device: Num = None
+    stream: Num = None
+    context: Num = None
+    grid: Union[list[Num], None] = None
+    block: Union[list[Num], None] = None
+    registers: Num = None
+    shared_memory: Num = None
+    blocks_per_sm: Union[float, int, str, None] = None
+    warps_per_sm: Union[float, int, str, None] = None
+    occupancy: Union[float, int, str, None] = None
+    theoretical_occupancy: Union[float, int, str, None] = None
+    bytes: Num = None
+    bytes_upper: Num = None
+    bandwidth: Union[float, int, str, None] = None
+    total_allocated: Num = None
+    total_reserved: Num = None
+    device_id: Num = None
+    device_type: Num = None
+    from_device: Num = None
+    to_device: Num = None
+    thread_name: Union[str, int, float, None] = None
+
+
+class ArgsOnly(msgspec.Struct, gc=False):
+    args: Union[Args, None] = None
+
+
+_ARG_KEYS: tuple[str, ...] = Args.__struct_encode_fields__
+_EVENTS = msgspec.json.Decoder(list[Event])
+_EXACT = msgspec.json.Decoder(list[ExactEvent])
+_ARGS = msgspec.json.Decoder(list[ArgsOnly])
+_ANY = msgspec.json.Decoder()
+
+
+def _wrap(chunk: bytes) -> bytes:
+    return b"[" + chunk + b"]"
+
+
+def _position(exc: msgspec.DecodeError) -> int | None:
+    text = str(exc)
+    if "(byte " in text:
+        try:
+            return int(text.rsplit("(byte ", 1)[1].rstrip(")"))
+        except ValueError:
+            return None
+    return None
+
+
+def decode_events(chunk: bytes, exact: bool) -> tuple[list[Any], list[Args | None]]:
+    """Events and their typed arguments for one chunk (raises :class:`ChunkDecodeError`)."""
+    data = _wrap(chunk)
+    try:
+        events = (_EXACT if exact else _EVENTS).decode(data)
+        args = [a.args for a in _ARGS.decode(data)]
+        return events, args
+    except msgspec.ValidationError:
+        return _generic(data, exact)
+    except msgspec.DecodeError as exc:
+        raise ChunkDecodeError(_position(exc), str(exc)) from None
+
+
+class _RawArgs(msgspec.Struct, gc=False):
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_RAW_ARGS = msgspec.json.Decoder(_RawArgs)
+
+
+def _generic(data: bytes, exact: bool) -> tuple[list[Any], list[Args | None]]:
+    """Slow path for chunks whose values do not fit the types: event by event, coercing only misfits."""
+    fast = msgspec.json.Decoder(ExactEvent if exact else Event)
+    fast_args = msgspec.json.Decoder(ArgsOnly)
+    events: list[Any] = []
+    args: list[Args | None] = []
+    for raw in _RAWS.decode(data):
+        try:
+            events.append(fast.decode(raw))
+        except msgspec.ValidationError:
+            events.append(_coerce_event(raw, exact))
+        try:
+            args.append(fast_args.decode(raw).args)
+        except msgspec.ValidationError:
+            obj = json.loads(bytes(raw))
+            args.append(_coerce_args(obj.get("args") if isinstance(obj, dict) else None))
+    return events, args
+
+
+def _coerce_event(raw: msgspec.Raw, exact: bool) -> Any:
+    obj = json.loads(bytes(raw), parse_float=Decimal)
+    if not isinstance(obj, dict):
+        obj = {}
+    cls = ExactEvent if exact else Event
+    raw_args = _RAW_ARGS.decode(raw).args if obj else msgspec.Raw(b"")
+    return cls(
+        ph=_text(obj.get("ph")) or "", cat=_text(obj.get("cat")), name=_text(obj.get("name")),
+        pid=_ident(obj.get("pid")), tid=_ident(obj.get("tid")), ts=_number(obj.get("ts"), exact),
+        dur=_number(obj.get("dur"), exact), id=_ident(obj.get("id")), args=raw_args,
+    )
+
+
+def _coerce_args(value: Any) -> Args | None:
+    if not isinstance(value, dict):
+        return None
+    fields = {key: _scalar(value[key]) for key in _ARG_KEYS if key in value}
+    try:
+        return msgspec.convert(fields, Args, strict=False)
+    except msgspec.ValidationError:
+        pass
+    good = {}
+    for key, v in fields.items():  # keep every field that fits; the rest stays in the args text
+        try:
+            msgspec.convert({key: v}, Args, strict=False)
+            good[key] = v
+        except msgspec.ValidationError:
+            continue
+    return msgspec.convert(good, Args, strict=False)
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int) and not -(2**63) <= v < 2**63:
+        return None  # past int64: kept in the args text only
+    if isinstance(v, list):
+        return [_scalar(x) if isinstance(x, (int, float)) else None for x in v]
+    if isinstance(v, Decimal):
+        return float(v)
+    return v
+
+
+def _text(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return str(v)
+
+
+def _ident(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return None if v is None else int(v)
+    if isinstance(v, int):
+        return v if -(2**63) <= v < 2**63 else str(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() and abs(v) < 2**63 else str(v)
+    return str(v)
+
+
+def _number(v: Any, exact: bool) -> Any:
+    if isinstance(v, str):
+        try:
+            return Decimal(v) if exact else float(v)
+        except (ArithmeticError, ValueError):
+            return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+        return None
+    if exact:
+        return v if isinstance(v, Decimal) else Decimal(v)
+    return float(v)
+
+
+__all__ = ["Args", "Event", "ExactEvent", "decode_events"]

@@ -1,0 +1,75 @@
+"""Vectorised link helpers shared by the readers: id joins and innermost enclosing ranges."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+
+
+def lookup(keys: I64, values_keys: I64) -> I64:
+    """For each of ``keys``, the index into ``values_keys`` holding the same value, or -1.
+
+    ``values_keys`` need not be sorted; when a key occurs more than once the first
+    occurrence wins (callers that need uniqueness check it themselves).
+    """
+    if len(values_keys) == 0 or len(keys) == 0:
+        return np.full(len(keys), -1, dtype=np.int64)
+    order = np.argsort(values_keys, kind="stable")
+    sorted_keys = values_keys[order]
+    pos = np.searchsorted(sorted_keys, keys, side="left")
+    pos_c = np.minimum(pos, len(sorted_keys) - 1)
+    found = sorted_keys[pos_c] == keys
+    return np.where(found, order[pos_c], -1).astype(np.int64)
+
+
+def _parents(start: I64, end: I64) -> I64:
+    """Parent index of each range in a list sorted by (start, -end); -1 for roots.
+
+    Ranges that overlap without nesting (rounding in integer-microsecond traces) are
+    treated as siblings: a range is popped once the next one starts after it ends.
+    """
+    parent = np.full(len(start), -1, dtype=np.int64)
+    stack: list[int] = []
+    s_list = start.tolist()
+    e_list = end.tolist()
+    for i, s in enumerate(s_list):
+        while stack and e_list[stack[-1]] < s:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def innermost_enclosing(
+    range_group: I64, range_start: I64, range_end: I64, query_group: I64, query_time: I64
+) -> I64:
+    """Index of the innermost range of the same group that contains each query time, or -1.
+
+    Groups are usually threads. A range contains ``t`` when ``start <= t <= end``.
+    """
+    result = np.full(len(query_group), -1, dtype=np.int64)
+    if len(range_group) == 0 or len(query_group) == 0:
+        return result
+    wanted = np.unique(query_group)
+    for g in wanted:
+        r_idx = np.flatnonzero(range_group == g)
+        if len(r_idx) == 0:
+            continue
+        q_idx = np.flatnonzero(query_group == g)
+        order = np.lexsort((-range_end[r_idx], range_start[r_idx]))
+        r_sorted = r_idx[order]
+        starts, ends = range_start[r_sorted], range_end[r_sorted]
+        parent = _parents(starts, ends)
+        cand = np.searchsorted(starts, query_time[q_idx], side="right") - 1
+        q_time = query_time[q_idx]
+        while True:
+            live = cand >= 0
+            bad = live & (ends[np.maximum(cand, 0)] < q_time)
+            if not bad.any():
+                break
+            cand[bad] = parent[cand[bad]]
+        result[q_idx] = np.where(cand >= 0, r_sorted[np.maximum(cand, 0)], -1)
+    return result

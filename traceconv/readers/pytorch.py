@@ -1,0 +1,158 @@
+"""PyTorch profiler (Kineto Chrome trace JSON, plain or gzip) -> unified tables, in bounded chunks.
+
+Pass 1 decodes chunks of events into unified columns and fills a compact link index; the
+chunk tables are kept in memory while small and spilled to a temporary Parquet file
+beyond :data:`SPILL_BYTES`. Pass 2 adds the links (launching API call, CPU operator,
+thread names) and the absolute time base, batch by batch.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from traceconv.readers.base import Progress, TraceInfo, trace_stem
+from traceconv.readers.chunker import CHUNK, EventChunks
+from traceconv.readers.kineto_columns import ChunkContext, build, needs_exact, unpadded_fractions
+from traceconv.readers.kineto_decode import decode_events
+from traceconv.readers.kineto_links import LinkIndex
+
+SPILL_BYTES = 96 << 20
+ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
+METADATA_KEYS_SKIPPED = ("traceEvents",)
+
+
+class PytorchReader:
+    def __init__(self, path: Path, progress: Progress | None = None, chunk_size: int = CHUNK) -> None:
+        self.path = Path(path)
+        self.info = TraceInfo(path=self.path, source="pytorch", trace_id=trace_stem(self.path))
+        self._progress = progress
+        self._chunk_size = chunk_size
+        self._unpadded: bool | None = None
+        self._events = 0
+
+    def _decode(self, chunk: bytes) -> list[Any]:
+        if self._unpadded is None:
+            self._unpadded = unpadded_fractions(chunk)
+            if self._unpadded:
+                self.info.notes.append("timestamps written without zero-padded decimals (Kineto before 2024-04) "
+                                       "were read as microseconds + nanoseconds")
+        exact = self._unpadded or needs_exact(chunk)
+        events, args = decode_events(chunk, exact)
+        return [events, args, exact]
+
+    def tables(self) -> Iterator[pa.Table]:
+        size = os.path.getsize(self.path)
+        progress = (lambda done: self._progress(done, size)) if self._progress else None  # type: ignore[misc]
+        chunks = EventChunks(self.path, self._decode, progress, self._chunk_size)
+        index = LinkIndex()
+        spill = _Spill()
+        was_enabled = gc.isenabled()
+        gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
+        try:
+            for events, args, exact in chunks:
+                ctx = ChunkContext(self._events, exact, bool(self._unpadded))
+                table = build(events, args, ctx)
+                del events, args
+                self._events += table.num_rows
+                index.add(table)
+                spill.append(table)
+        finally:
+            if was_enabled:
+                gc.enable()
+        self._describe(chunks.document.top, spill.min_start)
+        index.finalize()
+        base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
+        try:
+            for table in spill:
+                yield _stamp(index.resolve(table, base), self.info)
+        finally:
+            spill.close()
+        self.info.counters["events"] = self._events
+
+    def _describe(self, top: dict[str, Any], min_start: int | None) -> None:
+        meta = {k: v for k, v in top.items() if k not in METADATA_KEYS_SKIPPED}
+        self.info.metadata = meta
+        dist = meta.get("distributedInfo")
+        rank = dist.get("rank") if isinstance(dist, dict) else None
+        self.info.rank = int(rank) if isinstance(rank, (int, float, str)) and str(rank).lstrip("-").isdigit() else None
+        base = meta.get("baseTimeNanoseconds")
+        if isinstance(base, int) and base > 0:
+            self.info.time_base = "unix_epoch"
+        elif min_start is not None and min_start >= ABSOLUTE_US * 1000:
+            self.info.time_base = "unix_epoch"
+        else:
+            self.info.time_base = "relative"
+            if base is not None:
+                meta["baseTimeNanoseconds"] = 0
+
+
+def _stamp(table: pa.Table, info: TraceInfo) -> pa.Table:
+    """Fill the per-trace identity columns."""
+    n = table.num_rows
+    ident = {
+        "source": pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([info.source])),
+        "trace_id": pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([info.trace_id])),
+        "rank": pa.array([info.rank] * n, pa.int32()),
+    }
+    for name, arr in ident.items():
+        table = table.set_column(table.schema.get_field_index(name), name, arr)
+    return table
+
+
+class _Spill:
+    """Pass-1 tables: in memory while small, then in a temporary Parquet file."""
+
+    def __init__(self) -> None:
+        self._tables: list[pa.Table] = []
+        self._bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._path: str | None = None
+        self._groups = 0
+        self.min_start: int | None = None
+
+    def append(self, table: pa.Table) -> None:
+        start = pc.min(table["start_ns"]).as_py()
+        if start is not None:
+            self.min_start = start if self.min_start is None else min(self.min_start, start)
+        if self._writer is None and self._bytes + table.nbytes <= SPILL_BYTES:
+            self._tables.append(table)
+            self._bytes += table.nbytes
+            return
+        if self._writer is None:
+            fd, self._path = tempfile.mkstemp(prefix="traceconv-", suffix=".parquet")
+            os.close(fd)
+            self._writer = pq.ParquetWriter(self._path, table.schema, compression="none")
+            for held in self._tables:
+                self._write(held)
+            self._tables = []
+        self._write(table)
+
+    def _write(self, table: pa.Table) -> None:
+        assert self._writer is not None
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self._groups += 1
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        if self._writer is None:
+            while self._tables:
+                yield self._tables.pop(0)
+            return
+        self._writer.close()
+        assert self._path is not None
+        source = pq.ParquetFile(self._path)
+        for i in range(source.num_row_groups):
+            yield source.read_row_group(i)
+
+    def close(self) -> None:
+        self._tables = []
+        if self._path and os.path.exists(self._path):
+            os.unlink(self._path)

@@ -1,0 +1,165 @@
+"""The unified event schema: the one place that names, types and documents every column.
+
+Every reader returns a ``pyarrow.Table`` with exactly these columns, in this order.
+Everything downstream (Parquet files, ``read_unified``, analyses, the README table) is
+derived from :data:`COLUMNS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+# Parquet key-value metadata keys written by traceconv (values are UTF-8 JSON or text).
+META_SCHEMA_VERSION = b"traceconv.schema_version"
+META_SOURCE = b"traceconv.source"
+META_TRACE = b"traceconv.trace"  # JSON: trace-level metadata of the input
+META_TIME_BASE = b"traceconv.time_base"  # "unix_epoch" or "relative"
+META_STATS = b"traceconv.stats"  # JSON: counts per kind, notes, dropped figures
+
+DICT = pa.dictionary(pa.int32(), pa.string())
+
+# The values of the ``kind`` column.
+KINDS = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "cuda_api",
+    "nvtx",
+    "cpu_op",
+    "python",
+    "sync",
+    "memory",
+    "marker",
+    "other",
+)
+GPU_KINDS = ("kernel", "memcpy", "memset")
+COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str
+    meaning: str
+    sources: str  # which inputs fill it: "both", "pytorch", "nsys"
+
+
+_C = Column
+COLUMNS: tuple[Column, ...] = (
+    # identity
+    _C("source", DICT, "", "input format: `pytorch` or `nsys`", "both"),
+    _C("trace_id", DICT, "", "the input file's stem (or the trace's own id)", "both"),
+    _C("rank", pa.int32(), "", "distributed rank; null when the trace does not say", "both"),
+    _C("event_id", pa.int64(), "", "row number within this trace, 0-based; target of *_event_id links", "both"),
+    _C("kind", DICT, "", "one of: " + ", ".join(KINDS), "both"),
+    _C("category", DICT, "", "original category (`cat`) or nsys table name", "both"),
+    _C("phase", DICT, "", "Chrome trace phase (`X`, `i`, `s`, `f`, `M`, `C`); nsys: `X` or `i`", "both"),
+    _C("name", DICT, "", "event name; kernels: demangled name", "both"),
+    _C("short_name", DICT, "", "kernel short name (nsys `shortName`)", "nsys"),
+    # time
+    _C("start_ns", pa.int64(), "ns", "start; Unix epoch when `time_base` metadata is `unix_epoch`", "both"),
+    _C("end_ns", pa.int64(), "ns", "end (= start for instants; null for ranges that never end)", "both"),
+    _C("dur_ns", pa.int64(), "ns", "end_ns - start_ns (execution time for GPU rows)", "both"),
+    # where
+    _C("pid", pa.int64(), "", "process id (GPU rows in PyTorch traces: the device)", "both"),
+    _C("tid", pa.int64(), "", "thread id (GPU rows in PyTorch traces: the stream)", "both"),
+    _C("pid_label", DICT, "", "pid as written when it is not an integer (`Spans`, `Traces`)", "pytorch"),
+    _C("tid_label", DICT, "", "tid as written when it is not an integer (`stream 7`)", "pytorch"),
+    _C("process_name", DICT, "", "process name from trace metadata", "both"),
+    _C("thread_name", DICT, "", "thread name from trace metadata", "both"),
+    _C("device", pa.int32(), "", "GPU device id (GPU rows)", "both"),
+    _C("context", pa.int64(), "", "CUDA context id (GPU rows)", "both"),
+    _C("stream", pa.int64(), "", "CUDA stream id (GPU rows)", "both"),
+    # links
+    _C("correlation_id", pa.int64(), "", "CUPTI correlation id joining an API call to its GPU work", "both"),
+    _C("external_id", pa.int64(), "", "PyTorch `External id` as written", "pytorch"),
+    _C("flow_id", pa.int64(), "", "flow id of `s`/`f` events", "pytorch"),
+    _C("launch_event_id", pa.int64(), "", "GPU rows: event_id of the API call that launched it", "both"),
+    _C("launch_name", DICT, "", "GPU rows: name of the launching API call", "both"),
+    _C("launch_start_ns", pa.int64(), "ns", "GPU rows: start of the launching API call", "both"),
+    _C("launch_end_ns", pa.int64(), "ns", "GPU rows: end of the launching API call", "both"),
+    _C("launch_tid", pa.int64(), "", "GPU rows: thread of the launching API call", "both"),
+    _C("queue_ns", pa.int64(), "ns", "GPU rows: start_ns - launch_end_ns when >= 0, else null", "both"),
+    _C("wall_ns", pa.int64(), "ns", "GPU rows: max(launch_end_ns, end_ns) - launch_start_ns", "both"),
+    _C("op_event_id", pa.int64(), "", "GPU and API rows: event_id of the CPU operator (or NVTX range) it came from", "both"),
+    _C("op_name", DICT, "", "GPU and API rows: name of that operator", "both"),
+    _C("graph_id", pa.int64(), "", "CUDA graph id", "nsys"),
+    _C("graph_node_id", pa.int64(), "", "CUDA graph node id", "nsys"),
+    # GPU detail
+    _C("grid_x", pa.int32(), "", "grid dimension x", "both"),
+    _C("grid_y", pa.int32(), "", "grid dimension y", "both"),
+    _C("grid_z", pa.int32(), "", "grid dimension z", "both"),
+    _C("block_x", pa.int32(), "", "block dimension x", "both"),
+    _C("block_y", pa.int32(), "", "block dimension y", "both"),
+    _C("block_z", pa.int32(), "", "block dimension z", "both"),
+    _C("registers_per_thread", pa.int32(), "", "registers per thread", "both"),
+    _C("shared_memory_bytes", pa.int64(), "bytes", "shared memory per block (static + dynamic)", "both"),
+    _C("static_shared_memory_bytes", pa.int64(), "bytes", "static shared memory per block", "nsys"),
+    _C("dynamic_shared_memory_bytes", pa.int64(), "bytes", "dynamic shared memory per block", "nsys"),
+    _C("blocks_per_sm", pa.float64(), "", "blocks per SM", "pytorch"),
+    _C("warps_per_sm", pa.float64(), "", "warps per SM (null when written as `inf`)", "pytorch"),
+    _C("occupancy_pct", pa.float64(), "%", "estimated achieved (older: theoretical) occupancy", "pytorch"),
+    _C("bytes", pa.int64(), "bytes", "memcpy/memset size; memory rows: allocation (+) or free (-)", "both"),
+    _C("copy_kind", DICT, "", "copy direction: HtoD, DtoH, DtoD, HtoH, PtoP, UVM ..., Unknown", "both"),
+    _C("src_kind", DICT, "", "source memory kind (Pageable, Pinned, Device, Managed ...)", "both"),
+    _C("dst_kind", DICT, "", "destination memory kind; memset: the memory kind", "both"),
+    _C("bandwidth_gbps", pa.float64(), "GB/s", "bytes / dur_ns for memcpy/memset", "both"),
+    _C("src_device", pa.int32(), "", "peer copies: source device", "both"),
+    _C("dst_device", pa.int32(), "", "peer copies: destination device", "both"),
+    # memory (allocator events)
+    _C("total_allocated_bytes", pa.int64(), "bytes", "memory rows: allocated after this event", "pytorch"),
+    _C("total_reserved_bytes", pa.int64(), "bytes", "memory rows: reserved after this event", "pytorch"),
+    # NVTX / API detail
+    _C("domain", DICT, "", "NVTX domain name", "nsys"),
+    _C("api_class", DICT, "", "cuda_api rows: `runtime` or `driver`", "both"),
+    _C("sync_type", DICT, "", "sync rows: event, stream_wait_event, stream, context", "nsys"),
+    _C("return_value", pa.int64(), "", "API return code", "nsys"),
+    # nothing lost
+    _C("args", pa.string(), "", "JSON text of every argument of the event (including those with a column)", "both"),
+)
+
+NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+SCHEMA: pa.Schema = pa.schema([pa.field(c.name, c.type, nullable=True) for c in COLUMNS])
+
+
+def empty_table() -> pa.Table:
+    return SCHEMA.empty_table()
+
+
+def conform(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa.Table:
+    """Build a table in the unified schema: missing columns become nulls, types are cast.
+
+    Raises ``KeyError`` for a column the schema does not know, so a typo in a reader
+    fails loudly instead of silently dropping data.
+    """
+    unknown = set(columns) - set(NAMES)
+    if unknown:
+        raise KeyError(f"columns not in the unified schema: {sorted(unknown)}")
+    arrays = []
+    for col in COLUMNS:
+        arr = columns.get(col.name)
+        if arr is None:
+            arrays.append(pa.nulls(num_rows, col.type))
+            continue
+        if arr.type != col.type:
+            arr = arr.cast(col.type)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def markdown_table() -> str:
+    """The README's schema table, generated so that it cannot drift from the code."""
+    lines = ["| column | Arrow type | unit | meaning | filled by |", "|---|---|---|---|---|"]
+    for c in COLUMNS:
+        typ = "dictionary<int32, string>" if c.type == DICT else str(c.type)
+        lines.append(f"| `{c.name}` | {typ} | {c.unit} | {c.meaning} | {c.sources} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
