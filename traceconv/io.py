@@ -7,17 +7,19 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from traceconv import schema as S
 from traceconv.errors import InputError, SchemaVersionError, UsageError
 from traceconv.readers import Progress, Reader, open_reader
+
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -139,6 +141,8 @@ def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence
         bad = sorted(set(kinds) - set(S.KINDS))
         if bad:
             raise UsageError(None, f"unknown kind(s) {', '.join(bad)}", f"choose from {', '.join(S.KINDS)}")
+    import pyarrow.dataset as ds  # 56 MB of RSS on import: only when reading
+
     dataset = ds.dataset([str(f) for f in files], format="parquet", schema=S.SCHEMA)
     filt = ds.field("kind").isin(list(kinds)) if kinds is not None else None
     return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filt)
@@ -157,6 +161,8 @@ def read_unified(path: str | Path, kinds: Sequence[str] | None = None,
 
 
 def _nullable(typ: pa.DataType) -> Any:
+    import pandas as pd
+
     if pa.types.is_integer(typ):
         return {8: pd.Int8Dtype(), 16: pd.Int16Dtype(), 32: pd.Int32Dtype(), 64: pd.Int64Dtype()}[typ.bit_width]
     return None

@@ -23,7 +23,7 @@ import orjson
 from traceconv.errors import InputError, UnsupportedFormatError
 
 BLOCK = 4 << 20  # bytes read per I/O call
-CHUNK = 8 << 20  # target bytes of events decoded at once
+CHUNK = 4 << 20  # target bytes of events decoded at once
 MAX_HEADER = 64 << 20  # bytes of top-level keys allowed before "traceEvents"
 MAX_EVENT = 512 << 20  # a single event larger than this is hostile, not a trace
 
@@ -171,6 +171,8 @@ class EventChunks:
 
     def _cut(self, buf: bytes, eof: bool) -> tuple[int, int, list[Any]] | None:
         """Decode the longest prefix ending at a confirmed cut beyond the target size."""
+        if eof:
+            return self._last_cut(buf)
         search_from = min(self.chunk_size, max(len(buf) - 1, 0))
         for m in _CUT.finditer(buf, search_from):
             end = m.start() + 1
@@ -183,6 +185,23 @@ class EventChunks:
             return None
         # No confirmed cut in a full buffer: one event is larger than the buffer. Read on.
         raise _NeedMore()
+
+    def _last_cut(self, buf: bytes) -> tuple[int, int, list[Any]] | None:
+        """At the end of input: everything up to the last event boundary, leaving one event and the tail.
+
+        A failure here may be a candidate inside the keys after the array; the exact
+        bracket scan of :meth:`_finish` then decides.
+        """
+        last = None
+        for last in _CUT.finditer(buf):
+            pass
+        if last is None:
+            return None
+        end = last.start() + 1
+        try:
+            return end, last.end() - 1, self.decode(buf[:end])
+        except ChunkDecodeError:
+            return None
 
     def _finish(self, buf: bytes) -> Iterator[list[Any]]:
         end = _array_end(buf)

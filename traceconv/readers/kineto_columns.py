@@ -43,9 +43,10 @@ def unpadded_fractions(sample: bytes) -> bool:
     writes a trailing zero.
     """
     fracs = re.findall(rb'"(?:ts|dur)"\s*:\s*-?\d+\.(\d+)', sample[: 4 << 20])
-    short = any(len(f) < 3 for f in fracs)
+    short = sum(1 for f in fracs if len(f) < 3)
     trailing_zero = any(len(f) >= 2 and f.endswith(b"0") for f in fracs)
-    return short and trailing_zero
+    # ns % 1000 < 100 for ~10% of values: a stray short value in a padded file is not the signal
+    return short >= max(2, 0.03 * len(fracs)) and trailing_zero
 
 
 def kind_of(ph: str | None, cat: str | None) -> str:
@@ -142,12 +143,13 @@ def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
 
 
 def _api_class(cat: pa.Array, kinds: I64) -> pa.Array:
-    lowered = pc.utf8_lower(pc.fill_null(cat, ""))
-    mapped = pc.index_in(lowered, value_set=pa.array(list(API_CLASS)))
-    values = list(API_CLASS.values())
+    labels = sorted(set(API_CLASS.values()))
+    categories = list(API_CLASS)
+    mapped = pc.index_in(pc.utf8_lower(pc.fill_null(cat, "")), value_set=pa.array(categories))
+    lut = np.array([labels.index(API_CLASS[c]) for c in categories], dtype=np.int64)
     codes = np.asarray(mapped.fill_null(-1), dtype=np.int64)
-    codes[kinds != _KIND_CODE["cuda_api"]] = -1
-    return from_codes(codes, values)
+    codes = np.where((codes >= 0) & (kinds == _KIND_CODE["cuda_api"]), lut[np.maximum(codes, 0)], -1)
+    return from_codes(codes, labels)
 
 
 def _gpu_detail(cols: dict[str, pa.Array], args: list[Args | None], kinds: I64, name: pa.DictionaryArray,

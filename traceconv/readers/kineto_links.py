@@ -52,6 +52,9 @@ class LinkIndex:
     def _code(self, values: list[str | None]) -> I64:
         out = np.empty(len(values), dtype=np.int64)
         for i, v in enumerate(values):
+            if v is None:
+                out[i] = -1
+                continue
             code = self._name_code.get(v)
             if code is None:
                 code = self._name_code[v] = len(self.names)
@@ -192,10 +195,13 @@ def _cat(parts: list[I64]) -> I64:
 
 
 def _groups(op_pid: I64, op_tid: I64, q_pid: I64, q_tid: I64) -> tuple[I64, I64]:
-    pairs = np.concatenate([np.stack([op_pid, op_tid], 1), np.stack([q_pid, q_tid], 1)])
-    _, inverse = np.unique(pairs, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    return inverse[: len(op_pid)], inverse[len(op_pid):]
+    """One int64 code per (pid, tid) pair, shared by ops and queries."""
+    pid = np.concatenate([op_pid, q_pid])
+    tid = np.concatenate([op_tid, q_tid])
+    _, pid_code = np.unique(pid, return_inverse=True)
+    _, tid_code = np.unique(tid, return_inverse=True)
+    codes = pid_code.reshape(-1).astype(np.int64) * (int(tid_code.max()) + 1) + tid_code.reshape(-1)
+    return codes[: len(op_pid)], codes[len(op_pid):]
 
 
 def _key(value: int | None, label: str | None) -> str:

@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.chunker import CHUNK, EventChunks
@@ -25,7 +24,7 @@ from traceconv.readers.kineto_columns import ChunkContext, build, needs_exact, u
 from traceconv.readers.kineto_decode import decode_events
 from traceconv.readers.kineto_links import LinkIndex
 
-SPILL_BYTES = 96 << 20
+SPILL_BYTES = 16 << 20
 ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
 METADATA_KEYS_SKIPPED = ("traceEvents",)
 
@@ -109,14 +108,14 @@ def _stamp(table: pa.Table, info: TraceInfo) -> pa.Table:
 
 
 class _Spill:
-    """Pass-1 tables: in memory while small, then in a temporary Parquet file."""
+    """Pass-1 tables: in memory while small, then in a temporary Arrow IPC stream (read back batch by batch)."""
 
     def __init__(self) -> None:
         self._tables: list[pa.Table] = []
         self._bytes = 0
-        self._writer: pq.ParquetWriter | None = None
+        self._sink: Any = None
+        self._writer: Any = None
         self._path: str | None = None
-        self._groups = 0
         self.min_start: int | None = None
 
     def append(self, table: pa.Table) -> None:
@@ -128,18 +127,14 @@ class _Spill:
             self._bytes += table.nbytes
             return
         if self._writer is None:
-            fd, self._path = tempfile.mkstemp(prefix="traceconv-", suffix=".parquet")
+            fd, self._path = tempfile.mkstemp(prefix="traceconv-", suffix=".arrows")
             os.close(fd)
-            self._writer = pq.ParquetWriter(self._path, table.schema, compression="none")
+            self._sink = pa.OSFile(self._path, "wb")
+            self._writer = pa.ipc.new_stream(self._sink, table.schema)
             for held in self._tables:
-                self._write(held)
+                self._writer.write_table(held)
             self._tables = []
-        self._write(table)
-
-    def _write(self, table: pa.Table) -> None:
-        assert self._writer is not None
-        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
-        self._groups += 1
+        self._writer.write_table(table)
 
     def __iter__(self) -> Iterator[pa.Table]:
         if self._writer is None:
@@ -147,10 +142,11 @@ class _Spill:
                 yield self._tables.pop(0)
             return
         self._writer.close()
+        self._sink.close()
         assert self._path is not None
-        source = pq.ParquetFile(self._path)
-        for i in range(source.num_row_groups):
-            yield source.read_row_group(i)
+        with pa.OSFile(self._path, "rb") as source:
+            for batch in pa.ipc.open_stream(source):
+                yield pa.Table.from_batches([batch])
 
     def close(self) -> None:
         self._tables = []

@@ -1,0 +1,161 @@
+"""The PyTorch reader on every real trace of the corpus, checked against an independent JSON reading."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import traceconv
+from traceconv import schema as S
+from traceconv.readers.pytorch import PytorchReader
+
+from .conftest import FIXTURES, corpus_files
+from .kineto_truth import expected_kind, load, to_ns
+
+TRACES = corpus_files("pytorch", ("*.json", "*.json.gz"))
+
+
+def _ids(path: Path) -> str:
+    return path.name[:60]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_ids)
+def test_rows_per_kind_equal_input_events(path: Path, tmp_path: Path) -> None:
+    doc = load(path)
+    expected = Counter(expected_kind(e) for e in doc["traceEvents"])
+    out = tmp_path / "t.parquet"
+    result = traceconv.convert(path, out)
+    table = pq.read_table(out)
+    got = Counter(table["kind"].to_pylist())
+    assert got == expected
+    assert result.rows == len(doc["traceEvents"]) == table.num_rows
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_ids)
+def test_timestamps_exact_to_the_nanosecond(path: Path) -> None:
+    doc = load(path)
+    base = int(doc.get("baseTimeNanoseconds") or 0)
+    table = traceconv.read(path)
+    starts = table["start_ns"].to_pylist()
+    durs = table["dur_ns"].to_pylist()
+    for i, event in enumerate(doc["traceEvents"]):
+        ts = to_ns(event.get("ts"))
+        assert starts[i] == (None if ts is None else ts + base), (i, event)
+        if event.get("ph") == "X" and "dur" in event:
+            assert durs[i] == to_ns(event["dur"]), (i, event)
+
+
+def test_absolute_fractional_microseconds_keep_every_digit() -> None:
+    path = next((p for p in TRACES if "ns_resolution" in p.name), None)
+    if path is None:
+        pytest.skip("ns_resolution trace not in this corpus")
+    table = traceconv.read(path)
+    meta = table.schema.metadata
+    assert meta[S.META_TIME_BASE] == b"unix_epoch"
+    starts = set(table["start_ns"].to_pylist())
+    assert 1712195495519689047 in starts  # written as 1712195495519689.047
+
+
+def test_relative_time_becomes_epoch_with_base() -> None:
+    table = traceconv.read(FIXTURES / "pytorch" / "cuda_graph.json")
+    assert table.schema.metadata[S.META_TIME_BASE] == b"unix_epoch"
+    # "ts": 5127636769958.963 + "baseTimeNanoseconds": 1790857026000000000
+    assert table["start_ns"][0].as_py() == 1790857026000000000 + 5127636769958963
+
+
+def test_legacy_trace_string_streams_and_categories() -> None:
+    path = FIXTURES / "pytorch" / "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz"
+    table = traceconv.read(path).to_pandas()
+    kernels = table[table["kind"] == "kernel"]
+    assert len(kernels) == 4
+    assert kernels["category"].astype(str).eq("Kernel").all()
+    assert kernels["stream"].notna().all()
+    assert kernels["launch_name"].notna().all()
+
+
+def test_integer_past_int64_survives_in_args() -> None:
+    path = next(p for p in (FIXTURES / "pytorch").iterdir() if "large_integer" in p.name)
+    table = traceconv.read(path)
+    args = [a for a in table["args"].to_pylist() if a]
+    assert any("10159970886766084423" in a for a in args)
+
+
+def test_schema_in_file_equals_documented(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    traceconv.convert(FIXTURES / "pytorch" / "streams_memcpy.json", out)
+    assert pq.read_schema(out).remove_metadata().equals(S.SCHEMA)
+    assert traceconv.trace_metadata(out)["schema_version"] == S.SCHEMA_VERSION
+
+
+def test_duckdb_and_pandas_read_the_output(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    out = tmp_path / "t.parquet"
+    traceconv.convert(FIXTURES / "pytorch" / "streams_memcpy.json", out)
+    rows = duckdb.sql(f"SELECT kind, count(*) FROM read_parquet('{out}') GROUP BY kind").fetchall()
+    assert dict(rows)["memcpy"] == 16
+    df = traceconv.read_unified(out, kinds=["memcpy"], columns=["copy_kind", "bytes", "src_kind"])
+    assert set(df["copy_kind"].astype(str)) <= set(S.COPY_KINDS)
+    assert (df["bytes"] > 0).all()
+
+
+def test_trace_metadata_goes_into_parquet_metadata(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    traceconv.convert(FIXTURES / "pytorch" / "streams_memcpy.json", out)
+    meta = traceconv.trace_metadata(out)
+    assert meta["trace"]["deviceProperties"][0]["name"] == "NVIDIA H200"
+    assert "cupti_version" in meta["trace"]
+    assert meta["source"] == "pytorch"
+
+
+def test_chunked_and_whole_reads_are_identical() -> None:
+    path = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+    whole = pa.concat_tables(PytorchReader(path).tables())
+    chunked = pa.concat_tables(PytorchReader(path, chunk_size=64 << 10).tables())
+    assert chunked.num_rows == whole.num_rows
+    for name in S.NAMES:
+        assert chunked[name].to_pylist() == whole[name].to_pylist(), name
+
+
+def test_launch_and_operator_links_on_h200_trace() -> None:
+    doc = load(FIXTURES / "pytorch" / "streams_memcpy.json")
+    events = doc["traceEvents"]
+    runtime = {e["args"]["correlation"]: e for e in events
+               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    table = traceconv.read(FIXTURES / "pytorch" / "streams_memcpy.json")
+    rows = table.to_pylist()
+    checked = 0
+    for i, e in enumerate(events):
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        launch = runtime.get(e["args"].get("correlation"))
+        row = rows[i]
+        if launch is None:
+            assert row["launch_name"] is None
+            continue
+        assert row["launch_name"] == launch["name"]
+        assert row["launch_start_ns"] - int(doc["baseTimeNanoseconds"]) == to_ns(launch["ts"])
+        checked += 1
+        assert row["op_name"] is not None
+    assert checked >= 30
+
+
+def test_directory_becomes_dataset(tmp_path: Path) -> None:
+    src = tmp_path / "run"
+    src.mkdir()
+    for name in ("cuda_graph.json", "streams_memcpy.json"):
+        (src / name).write_bytes((FIXTURES / "pytorch" / name).read_bytes())
+    from click.testing import CliRunner
+
+    from traceconv.cli import main
+
+    res = CliRunner().invoke(main, ["ingest", str(src)])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "run.parquet"
+    assert sorted(p.name for p in out.iterdir()) == ["cuda_graph.parquet", "streams_memcpy.parquet"]
+    df = traceconv.read_unified(out)
+    assert set(df["trace_id"].astype(str)) == {"cuda_graph", "streams_memcpy"}
+    assert len(df) == 208 + 417
