@@ -7,6 +7,7 @@ lazily so that a PyTorch conversion never pays for the Nsight Systems reader and
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,10 @@ def open_reader(path: Path, fmt: str | None = None, progress: Progress | None = 
     fmt = fmt or sniff(path)
     module_name, cls_name = REGISTRY[fmt]
     cls = getattr(importlib.import_module(module_name), cls_name)
-    reader: Reader = cls(path, progress=progress, **options)
+    # Options are capabilities: a reader takes those its constructor names (salvage is
+    # meaningless for SQLite), the rest are dropped rather than failing a mixed batch.
+    accepted = inspect.signature(cls).parameters
+    reader: Reader = cls(path, progress=progress, **{k: v for k, v in options.items() if k in accepted})
     return reader
 
 

@@ -34,6 +34,7 @@ class TraceInfo:
     metadata: dict[str, Any] = field(default_factory=dict)  # trace-level metadata, JSON-able
     notes: list[str] = field(default_factory=list)  # what a user should know (repairs, gaps)
     counters: dict[str, int] = field(default_factory=dict)  # e.g. events read, unlinked GPU rows
+    partial: bool = False  # True when --salvage skipped damaged or incomplete input
 
 
 class Reader(Protocol):

@@ -4,8 +4,9 @@ The document is ``{... "traceEvents": [ev, ev, ...] ...}`` (or a bare ``[ev, ...
 Kineto writes it as text, so we find event boundaries with a byte pattern (``}`` ``,``
 ``{`` at the top level of the array) and let the decoder confirm each cut: a cut inside a
 nested value or a string leaves unbalanced JSON, which the decoder rejects at the very
-end of the chunk, and we move the cut to the next candidate. Any other decode error is a
-real defect of the input and is reported with its absolute byte offset.
+end of the chunk (a "bad cut"), and we move the cut to the next candidate. Any other
+decode error is a defect of the input; the decoder repairs or salvages it, or we report
+it with its absolute byte offset.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -25,18 +26,42 @@ from traceconv.errors import InputError, UnsupportedFormatError
 BLOCK = 4 << 20  # bytes read per I/O call
 CHUNK = 4 << 20  # target bytes of events decoded at once
 MAX_HEADER = 64 << 20  # bytes of top-level keys allowed before "traceEvents"
-MAX_EVENT = 512 << 20  # a single event larger than this is hostile, not a trace
+MAX_EVENT = 256 << 20  # a single event larger than this is hostile, not a trace
+MAX_RATIO = 1000  # decompressed/compressed beyond this (and past MAX_EVENT bytes) is a gzip bomb
 
-_CUT = re.compile(rb"\}\s*,\s*\{")
+CUT = re.compile(rb"\}\s*,\s*\{")  # between two events
+EVENT_END = re.compile(rb"\}\s*,")  # after an event (the next may be damaged)
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 class ChunkDecodeError(Exception):
-    """Raised by a chunk decoder; ``pos`` is the byte offset of the error within the chunk."""
+    """Raised by a chunk decoder; ``pos`` is the error's offset in ``b"[" + chunk + b"]"``."""
 
     def __init__(self, pos: int | None, message: str) -> None:
         self.pos = pos
         super().__init__(message)
+
+
+def bad_cut(exc: ChunkDecodeError, chunk_len: int) -> bool:
+    """A cut inside a nested value or string fails at the very end of the wrapped chunk."""
+    return exc.pos is None or exc.pos >= chunk_len + 1
+
+
+@dataclass
+class Damage:
+    """What salvaging skipped, and where the first damage was."""
+
+    events_skipped: int = 0
+    bytes_skipped: int = 0
+    first_offset: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, offset: int, nbytes: int, events: int = 1) -> None:
+        self.events_skipped += events
+        self.bytes_skipped += nbytes
+        if self.first_offset is None or offset < self.first_offset:
+            self.first_offset = offset
 
 
 @dataclass
@@ -44,7 +69,6 @@ class Document:
     """What surrounds the events: top-level keys before and after ``traceEvents``."""
 
     top: dict[str, Any] = field(default_factory=dict)
-    bytes_total: int | None = None  # compressed size on disk, for progress
 
 
 def open_binary(path: Path) -> IO[bytes]:
@@ -57,16 +81,7 @@ def open_binary(path: Path) -> IO[bytes]:
     return fh
 
 
-def _read(fh: IO[bytes], path: Path, offset: int) -> bytes:
-    try:
-        return fh.read(BLOCK)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(
-            path, f"compressed data is damaged near byte {offset:,} ({exc})", "re-copy the file or use --salvage"
-        ) from exc
-
-
-def _skip_ws(buf: bytes, i: int) -> int:
+def _skip_ws(buf: bytes | bytearray, i: int) -> int:
     n = len(buf)
     while i < n and buf[i] in b" \t\r\n":
         i += 1
@@ -76,168 +91,230 @@ def _skip_ws(buf: bytes, i: int) -> int:
 class EventChunks:
     """Iterate over decoded chunks of events.
 
-    ``decode(chunk_bytes) -> list`` must decode ``b"[" + chunk + b"]"`` and raise
-    :class:`ChunkDecodeError` on failure. ``progress(n)`` is called with raw bytes consumed.
+    ``decode(chunk) -> Sized`` decodes ``b"[" + chunk + b"]"`` (repairing what it can)
+    and raises :class:`ChunkDecodeError` on failure. ``progress(n)`` gets raw bytes read.
+    With ``salvage``, truncation and damage keep every complete event and are recorded
+    in :attr:`damage` instead of raising.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        decode: Callable[[bytes], list[Any]],
-        progress: Callable[[int], None] | None = None,
-        chunk_size: int = CHUNK,
-    ) -> None:
+    def __init__(self, path: Path, decode: Callable[[bytes], Sized], progress: Callable[[int], None] | None = None,
+                 chunk_size: int = CHUNK, salvage: bool = False) -> None:
         self.path = path
         self.decode = decode
         self.progress = progress
         self.chunk_size = chunk_size
+        self.salvage = salvage
         self.document = Document()
+        self.damage = Damage()
+        self.events = 0  # events yielded so far
         self._offset = 0  # absolute offset (decompressed) of buf[0]
+        self._decompressed = 0
+        self._cut_short: str | None = None
 
-    def __iter__(self) -> Iterator[list[Any]]:
-        with open_binary(self.path) as fh:
+    @property
+    def offset(self) -> int:
+        """Absolute (decompressed) byte offset of the chunk being decoded."""
+        return self._offset
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            fh = open_binary(self.path)
+        except OSError as exc:
+            raise InputError(self.path, f"cannot be read ({exc.strerror or exc})", "check the path") from exc
+        with fh:
             raw = getattr(fh, "fileobj", fh)
-            buf, eof = self._header(fh)
-            yield from self._events(fh, raw, buf, eof)
+            buf, eof = self._header(fh, raw)
+            for decoded in self._events(fh, raw, buf, eof):
+                self.events += len(decoded)
+                yield decoded
 
-    # -- header -------------------------------------------------------------------
-    def _header(self, fh: IO[bytes]) -> tuple[bytes, bool]:
-        buf = b""
+    # -- reading --------------------------------------------------------------------
+    def _read(self, fh: IO[bytes], raw: Any) -> bytes:
+        if self._cut_short:
+            return b""
+        try:
+            data = fh.read(BLOCK)
+        except (OSError, EOFError, zlib.error) as exc:
+            # A gzip stream cut short or damaged: what came before it is still good.
+            self._cut_short = f"the gzip stream is damaged or cut short after {self._decompressed:,} bytes ({exc})"
+            return b""
+        self._decompressed += len(data)
+        compressed = raw.tell() if raw is not fh and hasattr(raw, "tell") else None
+        if compressed and self._decompressed > MAX_EVENT and self._decompressed > MAX_RATIO * compressed:
+            raise InputError(self.path, f"decompresses to over {MAX_RATIO}x its size "
+                             f"({self._decompressed:,} bytes from {compressed:,}); refusing a likely gzip bomb",
+                             "decompress it yourself if you trust it")
+        return data
+
+    # -- header ---------------------------------------------------------------------
+    def _header(self, fh: IO[bytes], raw: Any) -> tuple[bytearray, bool]:
+        buf = bytearray()
         eof = False
         while True:
             start = _skip_ws(buf, 0)
-            if start < len(buf) and buf[start:start + 1] == b"[":
+            if start < len(buf) and buf[start] == ord("["):
                 self._offset = start + 1
                 return buf[start + 1:], eof
-            if start < len(buf) and buf[start:start + 1] != b"{":
+            if start < len(buf) and buf[start] != ord("{"):
                 raise UnsupportedFormatError(
-                    self.path, f"not a JSON trace (starts with {buf[start:start + 10]!r})",
+                    self.path, f"not a JSON trace (starts with {bytes(buf[start:start + 10])!r})",
                     "give a PyTorch profiler trace (.json or .json.gz) or an Nsight Systems file",
                 )
             m = _EVENTS_KEY.search(buf)
             if m:
-                head = buf[:m.start()].rstrip().rstrip(b",")
+                head = bytes(buf[:m.start()]).rstrip().rstrip(b",")
                 self.document.top.update(self._parse_object(head + b"}", 0))
                 self._offset = m.end()
                 return buf[m.end():], eof
             if eof or len(buf) > MAX_HEADER:
-                raise UnsupportedFormatError(
-                    self.path, 'no "traceEvents" array found' + (" in the first 64 MiB" if not eof else ""),
-                    "is this a PyTorch profiler / Chrome trace?",
-                )
-            more = _read(fh, self.path, len(buf))
+                self._no_events(buf, eof)
+            more = self._read(fh, raw)
             eof = not more
             buf += more
+
+    def _no_events(self, buf: bytearray, eof: bool) -> NoReturn:
+        if not buf.strip():
+            raise InputError(self.path, "is empty" + (f" ({self._cut_short})" if self._cut_short else ""),
+                             "the profiler may not have finished writing it")
+        if eof and self._cut_short:
+            raise InputError(self.path, self._cut_short + ", before the traceEvents array", "re-copy the file")
+        where = "in the first 64 MiB" if not eof else "in the file"
+        raise UnsupportedFormatError(self.path, f'no "traceEvents" array {where}',
+                                     "is this a PyTorch profiler / Chrome trace JSON?")
 
     def _parse_object(self, text: bytes, at: int) -> dict[str, Any]:
         try:
             obj = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
+            if self.salvage:
+                self.damage.notes.append(f"top-level keys near byte {at:,} are damaged and were skipped")
+                return {}
             raise InputError(self.path, f"invalid JSON in the top-level keys near byte {at + exc.pos:,}: {exc.msg}",
-                             "check that the file is a complete trace") from exc
+                             "check that the file is a complete trace, or use --salvage") from exc
         if not isinstance(obj, dict):
             raise UnsupportedFormatError(self.path, "top level is not a JSON object", "give a trace file")
         return obj
 
-    # -- events -------------------------------------------------------------------
-    def _events(self, fh: IO[bytes], raw: Any, buf: bytes, eof: bool) -> Iterator[list[Any]]:
+    # -- events ---------------------------------------------------------------------
+    def _events(self, fh: IO[bytes], raw: Any, buf: bytearray, eof: bool) -> Iterator[Sized]:
         pos = _skip_ws(buf, 0)
-        buf, self._offset = buf[pos:], self._offset + pos
+        del buf[:pos]
+        self._offset += pos
         want = 2 * self.chunk_size
         while True:
             if self.progress is not None and hasattr(raw, "tell"):
                 self.progress(raw.tell())
             if not eof and len(buf) < want:
-                more = _read(fh, self.path, self._offset + len(buf))
+                more = self._read(fh, raw)
                 eof = not more
                 buf += more
                 continue
-            try:
-                cut = self._cut(buf, eof)
-            except _NeedMore:
+            cut = self._cut(buf, eof)
+            if cut is None and not eof:  # one event is larger than the buffer: read on
                 if len(buf) > MAX_EVENT:
                     raise InputError(self.path, f"an event at byte {self._offset:,} is larger than "
-                                     f"{MAX_EVENT >> 20} MiB", "this is not a profiler trace as written by PyTorch") from None
+                                     f"{MAX_EVENT >> 20} MiB", "this is not a trace as PyTorch writes it")
                 want = len(buf) + 2 * self.chunk_size
                 continue
             want = 2 * self.chunk_size
             if cut is None:  # only the end of the array (and the document) is left
-                yield from self._finish(buf)
+                yield from self._finish(bytes(buf))
                 return
-            chunk_end, next_start, events = cut
-            yield events
+            next_start, decoded = cut
+            yield decoded
             self._offset += next_start
-            buf = buf[next_start:]
+            del buf[:next_start]
 
-    def _cut(self, buf: bytes, eof: bool) -> tuple[int, int, list[Any]] | None:
+    def _cut(self, buf: bytearray, eof: bool) -> tuple[int, Sized] | None:
         """Decode the longest prefix ending at a confirmed cut beyond the target size."""
         if eof:
             return self._last_cut(buf)
-        search_from = min(self.chunk_size, max(len(buf) - 1, 0))
-        for m in _CUT.finditer(buf, search_from):
+        for m in CUT.finditer(buf, min(self.chunk_size, max(len(buf) - 1, 0))):
             end = m.start() + 1
             try:
-                return end, m.end() - 1, self.decode(buf[:end])
+                return m.end() - 1, self.decode(bytes(buf[:end]))
             except ChunkDecodeError as exc:
-                if exc.pos is not None and exc.pos < end + 1:
-                    self._fail(exc, buf)
-        if eof:
-            return None
-        # No confirmed cut in a full buffer: one event is larger than the buffer. Read on.
-        raise _NeedMore()
+                if not bad_cut(exc, end):
+                    self._fail(exc)
+        return None
 
-    def _last_cut(self, buf: bytes) -> tuple[int, int, list[Any]] | None:
+    def _last_cut(self, buf: bytearray) -> tuple[int, Sized] | None:
         """At the end of input: everything up to the last event boundary, leaving one event and the tail.
 
         A failure here may be a candidate inside the keys after the array; the exact
         bracket scan of :meth:`_finish` then decides.
         """
         last = None
-        for last in _CUT.finditer(buf):
+        for last in CUT.finditer(buf):
             pass
         if last is None:
             return None
-        end = last.start() + 1
         try:
-            return end, last.end() - 1, self.decode(buf[:end])
+            return last.end() - 1, self.decode(bytes(buf[:last.start() + 1]))
         except ChunkDecodeError:
             return None
 
-    def _finish(self, buf: bytes) -> Iterator[list[Any]]:
+    def _finish(self, buf: bytes) -> Iterator[Sized]:
         end = _array_end(buf)
         if end is None:
-            raise InputError(
-                self.path,
-                f"truncated: the traceEvents array is never closed (data ends at byte {self._offset + len(buf):,})",
-                "the run was probably killed while writing; use --salvage to keep the complete events",
-            )
+            yield from self._truncated(buf)
+            return
         body = buf[:end].rstrip()
         if body:
             try:
                 yield self.decode(body)
             except ChunkDecodeError as exc:
-                self._fail(exc, buf)
+                if not bad_cut(exc, len(body)):
+                    self._fail(exc)
+                yield from self._truncated(body)
         self._tail(buf[end + 1:])
+
+    def _truncated(self, buf: bytes) -> Iterator[Sized]:
+        """No closing ``]``: keep the complete events (with --salvage) or say how many there are."""
+        kept, end = self._complete_prefix(buf)
+        count = self.events + (len(kept) if kept is not None else 0)
+        reason = self._cut_short or (f"truncated: the traceEvents array is never closed "
+                                     f"(data ends at byte {self._offset + len(buf):,})")
+        if not self.salvage:
+            raise InputError(self.path, reason,
+                             f"use --salvage to keep the {count:,} complete events before it")
+        self.damage.skip(self._offset + end, len(buf) - end, events=1 if buf[end:].strip() else 0)
+        self.damage.notes.append(reason)
+        if kept is not None:
+            yield kept
+
+    def _complete_prefix(self, buf: bytes) -> tuple[Sized | None, int]:
+        """The decoded complete events at the start of ``buf`` and where they end."""
+        ends = [m.start() + 1 for m in EVENT_END.finditer(buf)]
+        stripped = buf.rstrip()
+        if stripped.endswith(b"}"):
+            ends.append(len(stripped))
+        for end in reversed(ends[-64:]):
+            try:
+                return self.decode(buf[:end]), end
+            except ChunkDecodeError:
+                continue
+        return None, 0
 
     def _tail(self, rest: bytes) -> None:
         rest = rest.strip()
         if rest.startswith(b","):
             self.document.top.update(self._parse_object(b"{" + rest[1:], self._offset))
         elif rest not in (b"}", b""):
+            if self.salvage:
+                self.damage.notes.append("unexpected data after the traceEvents array was ignored")
+                return
             raise InputError(self.path, f"unexpected data after the traceEvents array near byte {self._offset:,}",
                              "check that the file is one complete trace")
+        elif rest == b"" and not self.salvage and self.document.top:
+            raise InputError(self.path, "truncated after the traceEvents array (the closing } is missing)",
+                             f"use --salvage to keep the {self.events:,} complete events")
 
-    def _fail(self, exc: ChunkDecodeError, buf: bytes) -> NoReturn:
+    def _fail(self, exc: ChunkDecodeError) -> NoReturn:
         at = self._offset + max((exc.pos or 1) - 1, 0)
-        raise InputError(self.path, f"invalid JSON at byte {at:,}: {exc}",
-                         "the trace may be damaged; use --salvage to keep the readable events")
-
-
-class _NeedMore(Exception):
-    pass
-
-
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+        what = re.sub(r"^JSON is malformed: |\s*\(byte \d+\)$", "", str(exc))
+        raise InputError(self.path, f"invalid JSON at byte {at:,}: {what}",
+                         "the trace is damaged; use --salvage to keep the readable events")
 
 
 def _array_end(buf: bytes) -> int | None:

@@ -9,6 +9,7 @@ number should be, an integer past 64 bits) it is decoded generically and coerced
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Union
 
@@ -105,17 +106,45 @@ def _position(exc: msgspec.DecodeError) -> int | None:
     return None
 
 
-def decode_events(chunk: bytes, exact: bool) -> tuple[list[Any], list[Args | None]]:
+@dataclass
+class Decoded:
+    """One chunk's events, their typed arguments, and whether times were decoded exactly."""
+
+    events: list[Any]
+    args: list[Args | None]
+    exact: bool
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @staticmethod
+    def concat(parts: list[Decoded]) -> Decoded:
+        exact = any(p.exact for p in parts)
+        events: list[Any] = []
+        args: list[Args | None] = []
+        for p in parts:
+            if exact and not p.exact:  # one time representation per chunk
+                p = Decoded([ExactEvent(**{f: getattr(e, f) for f in e.__struct_fields__}) for e in p.events],
+                            p.args, True)
+            events += p.events
+            args += p.args
+        return Decoded(events, args, exact)
+
+
+def decode_events(chunk: bytes, exact: bool) -> Decoded:
     """Events and their typed arguments for one chunk (raises :class:`ChunkDecodeError`)."""
     data = _wrap(chunk)
     try:
         events = (_EXACT if exact else _EVENTS).decode(data)
         args = [a.args for a in _ARGS.decode(data)]
-        return events, args
+        return Decoded(events, args, exact)
     except msgspec.ValidationError:
-        return _generic(data, exact)
+        events, args = _generic(data, exact)
+        return Decoded(events, args, exact)
     except msgspec.DecodeError as exc:
         raise ChunkDecodeError(_position(exc), str(exc)) from None
+    except RecursionError:
+        raise ChunkDecodeError(1, "values nested too deeply") from None
 
 
 class _RawArgs(msgspec.Struct, gc=False):
@@ -219,4 +248,4 @@ def _number(v: Any, exact: bool) -> Any:
     return float(v)
 
 
-__all__ = ["Args", "Event", "ExactEvent", "decode_events"]
+__all__ = ["Args", "Decoded", "Event", "ExactEvent", "decode_events"]

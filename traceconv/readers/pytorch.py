@@ -19,9 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
-from traceconv.readers.chunker import CHUNK, EventChunks
+from traceconv.readers.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.kineto_columns import ChunkContext, build, needs_exact, unpadded_fractions
-from traceconv.readers.kineto_decode import decode_events
+from traceconv.readers.kineto_decode import Decoded, decode_events
+from traceconv.readers.kineto_repair import RobustDecoder
 from traceconv.readers.kineto_links import LinkIndex
 
 SPILL_BYTES = 16 << 20
@@ -30,43 +31,52 @@ METADATA_KEYS_SKIPPED = ("traceEvents",)
 
 
 class PytorchReader:
-    def __init__(self, path: Path, progress: Progress | None = None, chunk_size: int = CHUNK) -> None:
+    def __init__(self, path: Path, progress: Progress | None = None, chunk_size: int = CHUNK,
+                 salvage: bool = False) -> None:
         self.path = Path(path)
         self.info = TraceInfo(path=self.path, source="pytorch", trace_id=trace_stem(self.path))
         self._progress = progress
         self._chunk_size = chunk_size
+        self._salvage = salvage
         self._unpadded: bool | None = None
         self._events = 0
 
-    def _decode(self, chunk: bytes) -> list[Any]:
+    def _strict(self, chunk: bytes) -> Decoded:
         if self._unpadded is None:
             self._unpadded = unpadded_fractions(chunk)
             if self._unpadded:
                 self.info.notes.append("timestamps written without zero-padded decimals (Kineto before 2024-04) "
                                        "were read as microseconds + nanoseconds")
-        exact = self._unpadded or needs_exact(chunk)
-        events, args = decode_events(chunk, exact)
-        return [events, args, exact]
+        return decode_events(chunk, self._unpadded or needs_exact(chunk))
 
     def tables(self) -> Iterator[pa.Table]:
         size = os.path.getsize(self.path)
         progress = (lambda done: self._progress(done, size)) if self._progress else None  # type: ignore[misc]
-        chunks = EventChunks(self.path, self._decode, progress, self._chunk_size)
+        chunks: EventChunks
+        robust = RobustDecoder(self._strict, Damage(), self._salvage)
+
+        def decode(chunk: bytes) -> Decoded:
+            robust.chunk_offset = chunks.offset
+            return robust(chunk)
+
+        chunks = EventChunks(self.path, decode, progress, self._chunk_size, self._salvage)
+        robust.damage = chunks.damage
         index = LinkIndex()
         spill = _Spill()
         was_enabled = gc.isenabled()
         gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
         try:
-            for events, args, exact in chunks:
-                ctx = ChunkContext(self._events, exact, bool(self._unpadded))
-                table = build(events, args, ctx)
-                del events, args
+            for decoded in chunks:
+                table = build(decoded.events, decoded.args, ChunkContext(self._events, decoded.exact,
+                                                                         bool(self._unpadded)))
+                del decoded
                 self._events += table.num_rows
                 index.add(table)
                 spill.append(table)
         finally:
             if was_enabled:
                 gc.enable()
+        self._record_damage(chunks.damage, robust)
         self._describe(chunks.document.top, spill.min_start)
         index.finalize()
         base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
@@ -76,6 +86,19 @@ class PytorchReader:
         finally:
             spill.close()
         self.info.counters["events"] = self._events
+
+    def _record_damage(self, damage: Damage, robust: RobustDecoder) -> None:
+        for label, count in sorted(robust.repairs.items()):
+            self.info.notes.append(f"repaired invalid JSON as older Kineto wrote it: {label} ({count:,})")
+            self.info.counters["repairs"] = self.info.counters.get("repairs", 0) + count
+        self.info.notes.extend(damage.notes)
+        if damage.events_skipped or damage.bytes_skipped:
+            self.info.counters["events_skipped"] = damage.events_skipped
+            self.info.counters["bytes_skipped"] = damage.bytes_skipped
+            self.info.partial = True
+            where = f" (first damage at byte {damage.first_offset:,})" if damage.first_offset is not None else ""
+            self.info.notes.append(f"salvaged: skipped {damage.events_skipped:,} damaged or incomplete events, "
+                                   f"{damage.bytes_skipped:,} bytes{where}")
 
     def _describe(self, top: dict[str, Any], min_start: int | None) -> None:
         meta = {k: v for k, v in top.items() if k not in METADATA_KEYS_SKIPPED}
