@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -152,6 +153,100 @@ def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None)
         os.environ["NSYS"] = str(nsys_path)
     _run_jobs(jobs, None)
 
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--by", type=click.Choice(["name", "launch"]), default="name", show_default=True,
+              help="Group by kernel name, or by the API call that launched it.")
+@click.option("--top", type=click.IntRange(min=0), default=None,
+              help="Keep the N with the longest execution time, longest first; 0 keeps all. "
+                   "Default: 20 in a table, all in CSV and JSON.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--per-launch", is_flag=True,
+              help="One row per kernel (like nsys cuda_kern_exec_trace), in launch order.")
+@click.option("--kind", "kinds", type=click.Choice(["kernel", "memcpy", "memset"]), multiple=True,
+              help="GPU work to include (repeatable).  [default: kernel]")
+@handle_errors
+def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, kinds: tuple[str, ...]) -> None:
+    """Launch, queue, execution and wall time of every kernel, summed per kernel name.
+
+    TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
+    file. Times follow `nsys stats`: API = the launch call's duration; queue = from the
+    call's return to the kernel's start (empty when the kernel started first); execution
+    = the kernel's duration; wall = from the call's start to whichever ends last. Kernels
+    with no launching call in the trace are kept and counted. Tables show ms and µs; CSV
+    and JSON give nanoseconds.
+
+    Example:
+
+        traceconv kernels run.nsys-rep --top 10
+
+        traceconv kernels trace.json --by launch --format csv > kernels.csv
+
+        traceconv kernels trace.parquet --per-launch --top 50
+    """
+    from traceconv.analyses import kernels as K
+    from traceconv.analyses import render as R
+    from traceconv.analyses.common import load
+
+    kinds = kinds or K.DEFAULT_KINDS
+    table = load(trace, columns=K.INPUT_COLUMNS, kinds=K.input_kinds(kinds))
+    rows = K.per_launch(table, kinds)
+    limit = top if top is not None else (20 if fmt == "table" else 0)
+    what = "/".join(kinds)
+    if per_launch:
+        figures = K.launch_totals(rows)
+        shown = K.longest(rows, limit) if limit else rows
+    else:
+        keys = K.GROUPINGS[by]
+        result = K.summary(rows, by)
+        figures = K.totals(result)
+        shown = result.head(limit) if limit else result
+    if fmt == "csv":
+        click.echo(R.csv_text(shown), nl=False)
+        if figures["no_launch"]:
+            click.echo(f"traceconv: note: {figures['no_launch']:,} of {figures['rows']:,} {what} rows "
+                       f"{_have(figures['no_launch'])} no launching call in the trace; kept, with empty API, queue "
+                       "and wall times", err=True)
+        return
+    if fmt == "json":
+        click.echo(R.json_text(shown, {"input": str(trace), "kinds": list(kinds), "by": None if per_launch else by,
+                                       "totals": figures, "shown": len(shown)}))
+        return
+    if not figures["rows"]:
+        click.echo(f"{trace}: no {what} rows; was GPU activity traced (ProfilerActivity.CUDA, nsys -t cuda)?")
+        return
+    width = shutil.get_terminal_size((200, 24)).columns
+    if per_launch:
+        relative, origin = R.from_first_start(shown)
+        click.echo(R.text_table(relative, R.PER_LAUNCH_COLS, width))
+        if origin is not None:
+            click.echo(f"Start times in ms from {origin} ns.")
+    else:
+        cols = [c for c in R.kernel_summary_cols(keys) if c.source != "no_launch" or figures["no_launch"]]
+        click.echo(R.text_table(shown, cols, width))
+    click.echo(_kernels_footer(figures, len(shown), what, None if per_launch else by))
+
+
+def _have(n: int) -> str:
+    return "has" if n == 1 else "have"
+
+
+def _kernels_footer(figures: dict[str, Any], shown: int, what: str, by: str | None) -> str:
+    unit = {None: f"{what} rows", "name": "names", "launch": "launch APIs"}[by]
+    total = figures["rows"] if by is None else figures["groups"]
+    head = f"{figures['rows']:,} {what} rows, {figures['exec_total_ns'] / 1e6:,.3f} ms of execution"
+    lines = [head if by is None else f"{head}, {total:,} {unit}"]
+    if shown < total:
+        order = "launch order" if by is None else "that order"
+        lines.append(f"Showing the {shown:,} longest of {total:,} {unit}; --top 0 shows all in {order}.")
+    if figures["no_launch"]:
+        n = figures["no_launch"]
+        lines.append(f"{n:,} {'row' if n == 1 else 'rows'} {_have(n)} no launching call in the trace: kept and "
+                     "counted in execution time, with empty API, queue and wall times.")
+    if by is not None:
+        lines.append("Min, and the spread of queue, API and wall times: --format csv or json.")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,394 @@
+"""Launch, queue, execution and wall time per kernel (issue 4): `analyses.kernels` and `traceconv kernels`.
+
+PyTorch: checked against an independent join of the JSON (runtime/driver calls to GPU work
+by ``args.correlation``). Nsight Systems: checked against what NVIDIA's own ``nsys stats``
+printed for the same export (``fixtures/nsys/nsys-stats``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import traceconv
+from traceconv.analyses import kernels as K
+from traceconv.analyses.common import load
+from traceconv.cli import main
+
+from .conftest import CORPUS, FIXTURES
+from .kineto_truth import load as load_json
+from .kineto_truth import to_ns
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+GPU_KINDS = ("kernel", "memcpy", "memset")
+PUBLIC = CORPUS / "pytorch" / "public"
+PYTORCH_TRACES = [
+    FIXTURES / "pytorch" / "cuda_graph.json",
+    FIXTURES / "pytorch" / "compiled_triton.json",
+    FIXTURES / "pytorch" / "streams_memcpy.json",
+    PUBLIC / "pytorch__kineto__tb_plugin_samples_resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz",
+    PUBLIC / "pytorch__kineto__tb_plugin_samples_resnet50_profiler_api_num_workers_0_worker0.pt.trace.json.gz",
+    PUBLIC / "AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz",
+]
+NSYS_STATS = FIXTURES / "nsys" / "nsys-stats"
+FIXED_SQLITE = FIXTURES / "nsys" / "fixed.sqlite"
+
+
+def _present(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path.name} is not here (../shared/corpus absent)")
+    return path
+
+
+# -- PyTorch: an independent join ------------------------------------------------------------
+def _independent_join(path: Path) -> list[dict[str, Any]]:
+    """Every GPU op of the JSON with its launching call's times, joined by args.correlation."""
+    events = [e for e in load_json(path)["traceEvents"] if e.get("ph") == "X"]
+    launches: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if str(e.get("cat", "")).lower() in LAUNCH_CATS and "correlation" in e.get("args", {}):
+            launches[e["args"]["correlation"]].append(e)
+    assert all(len(v) == 1 for v in launches.values()), "a correlation id names two launching calls"
+    rows = []
+    for e in events:
+        if str(e.get("cat", "")).lower() not in GPU_CATS:
+            continue
+        corr = e.get("args", {}).get("correlation")
+        start, end = to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])
+        call = launches.get(corr, [None])[0] if corr is not None else None
+        row: dict[str, Any] = {
+            "corr": corr,
+            "start": start,
+            "dur": end - start,
+            "launch_name": None,
+            "api_dur": None,
+            "queue": None,
+            "wall": None,
+            "lead": None,
+        }
+        if call is not None:
+            lstart, lend = to_ns(call["ts"]), to_ns(call["ts"]) + to_ns(call["dur"])
+            row.update(
+                launch_name=call["name"],
+                api_dur=lend - lstart,
+                lead=start - lstart,
+                queue=start - lend if start - lend >= 0 else None,
+                wall=max(lend, end) - lstart,
+            )
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r["corr"] if r["corr"] is not None else -1, r["start"]))
+
+
+def _ours(path: Path) -> list[dict[str, Any]]:
+    rows = K.per_launch(traceconv.read(path), kinds=GPU_KINDS)
+    out = []
+    for r in rows.astype(object).where(rows.notna(), None).to_dict("records"):
+        lead = None if r["api_start_ns"] is None else r["kernel_start_ns"] - r["api_start_ns"]
+        out.append(
+            {
+                "corr": r["correlation_id"],
+                "start": r["kernel_start_ns"],
+                "dur": r["kernel_dur_ns"],
+                "launch_name": r["launch_name"],
+                "api_dur": r["api_dur_ns"],
+                "queue": r["queue_dur_ns"],
+                "wall": r["total_dur_ns"],
+                "lead": lead,
+            }
+        )
+    return sorted(out, key=lambda r: (r["corr"] if r["corr"] is not None else -1, r["start"]))
+
+
+@pytest.mark.parametrize("path", PYTORCH_TRACES, ids=lambda p: p.name[:50])
+def test_pytorch_launch_times_equal_an_independent_join(path: Path) -> None:
+    truth = _independent_join(_present(path))
+    ours = _ours(path)
+    assert len(ours) == len(truth) > 0  # nothing dropped, unlaunched rows included
+    fields = ("launch_name", "dur", "api_dur", "queue", "wall", "lead")
+    mismatches = [(t, o) for t, o in zip(truth, ours, strict=True) if any(t[f] != o[f] for f in fields)]
+    assert not mismatches, f"{len(mismatches)} rows differ, first: {mismatches[0]}"
+    assert any(t["queue"] is not None for t in truth) and any(t["launch_name"] for t in truth)
+
+
+def test_cuda_graph_kernels_share_their_graph_launch() -> None:
+    rows = K.per_launch(traceconv.read(FIXTURES / "pytorch" / "cuda_graph.json"), kinds=GPU_KINDS)
+    graph = rows[rows["launch_name"] == "cudaGraphLaunch"]
+    assert len(graph) == 20 and set(graph["kind"]) == {"kernel", "memset"}
+    per_call = graph.groupby("api_start_ns").size()
+    assert (per_call > 1).all()  # one launch call, several kernels
+    # A kernel of a graph may start before the graph launch returns: no queue time then.
+    early = graph["kernel_start_ns"] < graph["api_start_ns"] + graph["api_dur_ns"]
+    assert early.any() and graph.loc[early, "queue_dur_ns"].isna().all()
+
+
+def test_unlaunched_rows_are_kept_and_counted() -> None:
+    """In the public MI300 (HIP) trace, GPU ops of the first iteration have no runtime call in the trace."""
+    path = _present(PUBLIC / "AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz")
+    truth = _independent_join(path)
+    unlaunched = sum(1 for t in truth if t["launch_name"] is None)
+    table = traceconv.read(path)
+    rows = K.per_launch(table, kinds=GPU_KINDS)
+    assert unlaunched > 0 and rows["api_start_ns"].isna().sum() == unlaunched
+    assert K.launch_totals(rows)["no_launch"] == unlaunched
+    by_launch = K.summary(rows, by="launch")
+    assert by_launch["no_launch"].sum() == unlaunched == by_launch["count"][by_launch["launch_name"].isna()].sum()
+    assert by_launch["count"].sum() == len(rows)
+    assert set(by_launch["launch_name"].dropna()) >= {"hipLaunchKernel", "hipMemcpyAsync"}
+
+
+def test_summary_by_name_equals_stdlib_statistics() -> None:
+    rows = K.per_launch(traceconv.read(FIXTURES / "pytorch" / "compiled_triton.json"))
+    got = K.summary(rows).set_index("name")
+    assert got["count"].sum() == len(rows) and abs(got["time_pct"].sum() - 100.0) < 1e-9
+    for name, group in rows.groupby("name", observed=True):
+        ours = got.loc[name]
+        for prefix, col in K.MEASURES.items():
+            values = [int(v) for v in group[col].dropna()]
+            if not values:
+                assert pd.isna(ours[f"{prefix}_avg_ns"]) and pd.isna(ours[f"{prefix}_std_ns"])
+                continue
+            assert ours[f"{prefix}_total_ns"] == sum(values)
+            assert ours[f"{prefix}_med_ns"] == statistics.median(values)
+            assert (ours[f"{prefix}_min_ns"], ours[f"{prefix}_max_ns"]) == (min(values), max(values))
+            assert ours[f"{prefix}_avg_ns"] == pytest.approx(statistics.fmean(values), abs=1e-6)
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            assert ours[f"{prefix}_std_ns"] == pytest.approx(std, abs=1e-6)
+    order = list(got["exec_total_ns"])
+    assert order == sorted(order, reverse=True)
+
+
+# -- Nsight Systems: NVIDIA's own numbers ------------------------------------------------------
+def _csv(name: str) -> list[dict[str, str]]:
+    with open(NSYS_STATS / f"fixed.{name}.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _api_name(name: Any) -> Any:
+    """NVIDIA's report strips a 5-character version suffix (``_v7000``) from API names; so do we here."""
+    return name[:-6] if isinstance(name, str) and name[-6:-4] == "_v" else name
+
+
+def _nvidia_round(value: Any) -> str:
+    """SQLite's round(x, 1) as nsys stats prints it: half away from zero on the double's exact value."""
+    if value is None or pd.isna(value):
+        return ""
+    return str(Decimal(float(value)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text != "" else None
+
+
+def _per_launch_from_exec_trace() -> pd.DataFrame:
+    """NVIDIA's per-kernel rows as a per_launch() frame, to check summary() alone on NVIDIA's input."""
+    rows = _csv("cuda_kern_exec_trace")
+    cols: dict[str, Any] = {
+        "api_start_ns": [int(r["API Start (ns)"]) for r in rows],
+        "api_dur_ns": [int(r["API Dur (ns)"]) for r in rows],
+        "queue_start_ns": [_int(r["Queue Start (ns)"]) for r in rows],
+        "queue_dur_ns": [_int(r["Queue Dur (ns)"]) for r in rows],
+        "kernel_start_ns": [int(r["Kernel Start (ns)"]) for r in rows],
+        "kernel_dur_ns": [int(r["Kernel Dur (ns)"]) for r in rows],
+        "total_dur_ns": [int(r["Total Dur (ns)"]) for r in rows],
+        "pid": [int(r["PID"]) for r in rows],
+        "tid": [int(r["TID"]) for r in rows],
+        "device": [int(r["DevId"]) for r in rows],
+        "context": [None] * len(rows),
+        "stream": [None] * len(rows),
+        "launch_name": [r["API Function"] for r in rows],
+        "name": [r["Kernel Name"] for r in rows],
+        "kind": ["kernel"] * len(rows),
+        "correlation_id": [None] * len(rows),
+        "trace_id": ["fixed"] * len(rows),
+    }
+    text = ("launch_name", "name", "kind", "trace_id")
+    return pd.DataFrame({k: pd.Categorical(v) if k in text else pd.Series(v, dtype="Int64") for k, v in cols.items()})
+
+
+GPU_KERN_SUM = {
+    "Time (%)": "time_pct",
+    "Total Time (ns)": "exec_total_ns",
+    "Instances": "count",
+    "Avg (ns)": "exec_avg_ns",
+    "Med (ns)": "exec_med_ns",
+    "Min (ns)": "exec_min_ns",
+    "Max (ns)": "exec_max_ns",
+    "StdDev (ns)": "exec_std_ns",
+}
+EXEC_SUM_STATS = {"T": "wall", "A": "api", "Q": "queue", "K": "exec"}
+EXEC_SUM_SUFFIX = {"Avg": "avg", "Med": "med", "Min": "min", "Max": "max", "StdDev": "std"}
+
+
+def _as_printed(value: Any, header: str) -> str:
+    """One of our values as nsys stats prints that column: integers plain, the rest round(x, 1)."""
+    if value is None or pd.isna(value):
+        return ""
+    if header.startswith(("Total", "Instances", "Min", "Max", "Count", "QCount")) or header[1:4] in ("Min", "Max"):
+        return str(int(value))
+    return _nvidia_round(value)
+
+
+def _check_gpu_kern_sum(got: pd.DataFrame) -> None:
+    want = _csv("cuda_gpu_kern_sum")
+    assert list(got["name"]) == [r["Name"] for r in want]  # same kernels, in NVIDIA's order
+    for row, (_, ours) in zip(want, got.iterrows(), strict=True):
+        for header, col in GPU_KERN_SUM.items():
+            assert _as_printed(ours[col], header) == row[header], (row["Name"][:60], header)
+
+
+def _check_exec_sum(got: pd.DataFrame) -> None:
+    want = _csv("cuda_kern_exec_sum")
+    keyed = {
+        (int(r["PID"]), int(r["TID"]), int(r["DevId"]), _api_name(r["API Name"]), r["Kernel Name"]): r for r in want
+    }
+    assert len(keyed) == len(want) == len(got)
+    for _, ours in got.iterrows():
+        row = keyed[(ours["pid"], ours["tid"], ours["device"], _api_name(ours["launch_name"]), ours["name"])]
+        assert (ours["count"], ours["queued"], ours["no_launch"]) == (int(row["Count"]), int(row["QCount"]), 0)
+        for letter, prefix in EXEC_SUM_STATS.items():
+            for suffix, stat in EXEC_SUM_SUFFIX.items():
+                header = f"{letter}{suffix} (ns)"
+                printed = _as_printed(ours[f"{prefix}_{stat}_ns"], header)
+                if header == "QStdDev (ns)" and row["QCount"] == "0":
+                    assert printed == "" and row[header] == "0.0"  # NVIDIA prints 0.0 for no values: we say null
+                    continue
+                assert printed == row[header], (row["Kernel Name"][:60], header)
+
+
+def test_summary_math_equals_nsys_stats_on_nvidias_own_rows() -> None:
+    """summary() alone, fed NVIDIA's per-kernel rows: the per-name and per-launch tables are NVIDIA's."""
+    rows = _per_launch_from_exec_trace()
+    _check_gpu_kern_sum(K.summary(rows, by="name"))
+    _check_exec_sum(K.summary(rows, by="exec"))
+
+
+# -- the command ------------------------------------------------------------------------------
+STREAMS = FIXTURES / "pytorch" / "streams_memcpy.json"
+# A real trace whose one kernel has no launching call (HTA's large_integer test file).
+UNLAUNCHED = (
+    FIXTURES
+    / "pytorch"
+    / (
+        "facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_"
+        "rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz"
+    )
+)
+
+
+def _run(*args: str) -> Any:
+    return CliRunner().invoke(main, ["kernels", *args], env={"COLUMNS": "160"})
+
+
+def test_cli_csv_is_the_summary_with_exact_integers() -> None:
+    result = _run(str(STREAMS), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    got = list(csv.DictReader(io.StringIO(result.stdout)))
+    want = K.summary(traceconv.read(STREAMS))
+    assert [r["name"] for r in got] == list(want["name"])
+    assert [int(r["exec_total_ns"]) for r in got] == list(want["exec_total_ns"])
+    assert [int(r["api_max_ns"]) for r in got] == list(want["api_max_ns"])
+    assert [r["queue_min_ns"] for r in got] == ["" if pd.isna(v) else str(v) for v in want["queue_min_ns"]]
+
+
+def test_cli_table_is_aligned_with_units_and_a_footer() -> None:
+    result = _run(str(STREAMS), "--top", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Time (%)  Total (ms)  Count   Avg (µs)") and "Name" in lines[0]
+    assert set(lines[1]) == {"-", " "} and len(lines) == 2 + 2 + 3
+    assert all(len(line) <= 160 for line in lines[:4]) and lines[2].endswith("…")
+    assert lines[2].split()[:3] == ["90.4", "10.710", "4"]  # 10,709,955 ns of 11,848,481
+    assert lines[4] == "16 kernel rows, 11.848 ms of execution, 4 names"
+    assert lines[5] == "Showing the 2 longest of 4 names; --top 0 shows all in that order."
+
+
+def test_cli_per_launch_csv_has_every_kernel_in_launch_order() -> None:
+    result = _run(
+        str(FIXTURES / "pytorch" / "cuda_graph.json"),
+        "--per-launch",
+        "--format",
+        "csv",
+        "--kind",
+        "kernel",
+        "--kind",
+        "memset",
+    )
+    assert result.exit_code == 0, result.output
+    got = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(got) == 28 and list(got[0]) == list(K.PER_LAUNCH)
+    starts = [int(r["api_start_ns"]) for r in got]
+    assert starts == sorted(starts)
+    assert {r["kind"] for r in got} == {"kernel", "memset"}
+
+
+def test_cli_per_launch_top_is_the_longest_kernels() -> None:
+    result = _run(str(STREAMS), "--per-launch", "--top", "3", "--format", "json")
+    doc = json.loads(result.stdout)
+    durations = [r["kernel_dur_ns"] for r in doc["rows"]]
+    kernels = [to_ns(e["dur"]) for e in load_json(STREAMS)["traceEvents"] if e.get("cat") == "kernel"]
+    assert durations == sorted(kernels, reverse=True)[:3] and doc["totals"]["rows"] == len(kernels) == 16
+
+
+def test_cli_counts_kernels_with_no_launching_call() -> None:
+    table = _run(str(UNLAUNCHED), "--per-launch")
+    assert table.exit_code == 0, table.output
+    assert "1 row has no launching call in the trace" in table.stdout
+    assert "(none in trace)" in table.stdout
+    doc = json.loads(_run(str(UNLAUNCHED), "--format", "json").stdout)
+    assert doc["totals"]["no_launch"] == 1 and doc["rows"][0]["no_launch"] == 1
+    assert doc["rows"][0]["api_avg_ns"] is None and doc["rows"][0]["exec_total_ns"] == 50000
+    csv_run = _run(str(UNLAUNCHED), "--format", "csv")
+    assert "1 of 1 kernel rows has no launching call" in csv_run.stderr
+
+
+def test_cli_reads_traceconv_parquet_like_the_trace(tmp_path: Path) -> None:
+    out = tmp_path / "streams.parquet"
+    traceconv.convert(STREAMS, out)
+    assert out.read_bytes()[:4] == b"PAR1"
+    assert _run(str(out), "--format", "csv").stdout == _run(str(STREAMS), "--format", "csv").stdout
+    loaded = load(out, columns=K.INPUT_COLUMNS, kinds=K.input_kinds())
+    assert set(loaded["kind"].to_pylist()) == {"kernel", "cuda_api"}
+
+
+@pytest.mark.parametrize(
+    ("make", "code", "message"),
+    [
+        (lambda d: d / "missing.json", 3, "missing.json: does not exist; check the path"),
+        (lambda d: _write(d / "notes.txt", b"hello"), 4, "notes.txt: is neither a PyTorch profiler trace"),
+        (lambda d: _other_parquet(d / "other.parquet"), 4, "other.parquet: is not a traceconv Parquet file"),
+    ],
+)
+def test_cli_errors_are_one_line(tmp_path: Path, make: Any, code: int, message: str) -> None:
+    result = _run(str(make(tmp_path)))
+    assert result.exit_code == code
+    assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.output
+
+
+def test_cli_trace_without_gpu_work_says_so(tmp_path: Path) -> None:
+    """Hand-made: an empty trace (a CPU-only profile has no kernel rows either)."""
+    empty = _write(tmp_path / "empty.json", b'{"traceEvents": []}')
+    result = _run(str(empty))
+    assert result.exit_code == 0 and "no kernel rows" in result.stdout
+    assert json.loads(_run(str(empty), "--format", "json").stdout)["rows"] == []
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _other_parquet(path: Path) -> Path:
+    pq.write_table(pd.DataFrame({"a": [1]}).pipe(lambda d: __import__("pyarrow").Table.from_pandas(d)), path)
+    return path
