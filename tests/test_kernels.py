@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import sqlite3
 import statistics
 from collections import defaultdict
 from decimal import ROUND_HALF_UP, Decimal
@@ -176,8 +178,8 @@ def _csv(name: str) -> list[dict[str, str]]:
 
 
 def _api_name(name: Any) -> Any:
-    """NVIDIA's report strips a 5-character version suffix (``_v7000``) from API names; so do we here."""
-    return name[:-6] if isinstance(name, str) and name[-6:-4] == "_v" else name
+    """API names without a version suffix: nsys stats strips ``_v7000`` but keeps ``_v11060``; traceconv strips both."""
+    return re.sub(r"_v\d+$", "", name) if isinstance(name, str) else name
 
 
 def _nvidia_round(value: Any) -> str:
@@ -392,3 +394,116 @@ def _write(path: Path, data: bytes) -> Path:
 def _other_parquet(path: Path) -> Path:
     pq.write_table(pd.DataFrame({"a": [1]}).pipe(lambda d: __import__("pyarrow").Table.from_pandas(d)), path)
     return path
+
+
+# -- Nsight Systems end to end: traceconv's reader + per_launch/summary vs NVIDIA ---------------
+@pytest.fixture
+def nsys_reader() -> None:
+    pytest.importorskip("traceconv.readers.nsys", reason="the Nsight Systems reader is not in this checkout yet")
+
+
+def _nsys_per_launch() -> pd.DataFrame:
+    return K.per_launch(traceconv.read(FIXED_SQLITE))
+
+
+def test_nsys_every_kernel_equals_cuda_kern_exec_trace_row_for_row(nsys_reader: None) -> None:
+    want = sorted(_csv("cuda_kern_exec_trace"), key=lambda r: (int(r["API Start (ns)"]), int(r["Kernel Start (ns)"])))
+    ours = _nsys_per_launch()
+    assert len(ours) == len(want) == 1987
+    # nsys stats prints times from the session start; traceconv gives Unix epoch nanoseconds.
+    offset = int(ours["api_start_ns"][0]) - int(want[0]["API Start (ns)"])
+    shifted = {
+        "API Start (ns)": "api_start_ns",
+        "Queue Start (ns)": "queue_start_ns",
+        "Kernel Start (ns)": "kernel_start_ns",
+    }
+    plain = {
+        "API Dur (ns)": "api_dur_ns",
+        "Queue Dur (ns)": "queue_dur_ns",
+        "Kernel Dur (ns)": "kernel_dur_ns",
+        "Total Dur (ns)": "total_dur_ns",
+        "PID": "pid",
+        "TID": "tid",
+        "DevId": "device",
+    }
+    records = ours.astype(object).where(ours.notna(), None).to_dict("records")
+    for row, mine in zip(want, records, strict=True):
+        for header, col in shifted.items():
+            assert _int(row[header]) == (None if mine[col] is None else mine[col] - offset), (header, row)
+        for header, col in plain.items():
+            assert _int(row[header]) == mine[col], (header, row)
+        assert (_api_name(row["API Function"]), row["Kernel Name"]) == (_api_name(mine["launch_name"]), mine["name"])
+
+
+def test_nsys_per_name_table_equals_cuda_gpu_kern_sum(nsys_reader: None) -> None:
+    _check_gpu_kern_sum(K.summary(traceconv.read(FIXED_SQLITE), by="name"))
+
+
+def test_nsys_launch_summary_equals_cuda_kern_exec_sum(nsys_reader: None) -> None:
+    _check_exec_sum(K.summary(_nsys_per_launch(), by="exec"))
+
+
+NVIDIA_JOIN = """
+SELECT r.end - r.start, iif(k.start - r.end >= 0, k.start - r.end, NULL), k.end - k.start,
+       max(r.end, k.end) - r.start, (r.globalTid >> 24) & 0x00FFFFFF, r.globalTid & 0x00FFFFFF, k.deviceId, s.value
+FROM CUPTI_ACTIVITY_KIND_KERNEL AS k
+JOIN CUPTI_ACTIVITY_KIND_RUNTIME AS r ON k.correlationId == r.correlationId {same_process}
+LEFT JOIN StringIds AS s ON s.id == k.demangledName
+"""
+
+
+def _nvidia_join(path: Path) -> tuple[int, list[tuple[Any, ...]]]:
+    """cuda_kern_exec_trace's own query (nsys stats), run with sqlite3 on the export: kernels, joined rows."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+            return 0, []
+        kernels = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+            return kernels, []
+        columns = {r[1] for r in db.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        # Exports trimmed by hand (nsys-ai's healthy_1pct) have no globalPid: one process then.
+        same = "AND k.globalPid == (r.globalTid & 0xFFFFFFFFFF000000)" if "globalPid" in columns else ""
+        return kernels, db.execute(NVIDIA_JOIN.format(same_process=same)).fetchall()
+    finally:
+        db.close()
+
+
+def _key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((v is not None, v) for v in row)
+
+
+# nsys-ai's hand-trimmed healthy_1pct holds an API call at -3000..-500 ns (before the session start);
+# the reader takes a negative end for "never ended" (nsys_parts.NONE = -1) and loses its end.
+_NEGATIVE_TIMES = pytest.mark.xfail(strict=True, reason="nsys reader: negative end read as no end")
+NSYS_EXPORTS = [
+    pytest.param(p, marks=_NEGATIVE_TIMES) if p.name == "GindaChen__nsys-ai__healthy_1pct.sqlite" else p
+    for p in sorted({*(CORPUS / "nsys").rglob("*.sqlite"), *(FIXTURES / "nsys").glob("*.sqlite")})
+]
+
+
+@pytest.mark.parametrize(
+    "path", NSYS_EXPORTS, ids=lambda p: f"{p.parent.name}/{p.name[:40]}" if isinstance(p, Path) else None
+)
+def test_nsys_four_durations_equal_nvidias_join_on_every_export(path: Path, nsys_reader: None) -> None:
+    kernels, truth = _nvidia_join(path)
+    rows = K.per_launch(traceconv.read(path))
+    assert len(rows) == kernels  # nothing dropped
+    launched = rows[rows["api_start_ns"].notna()]
+    assert len(launched) == len(truth) and K.launch_totals(rows)["no_launch"] == kernels - len(truth)
+    cols = ["api_dur_ns", "queue_dur_ns", "kernel_dur_ns", "total_dur_ns", "pid", "tid", "device", "name"]
+    ours = [tuple(r) for r in launched[cols].astype(object).where(launched[cols].notna(), None).itertuples(index=False)]
+    assert sorted(ours, key=_key) == sorted(truth, key=_key)
+
+
+def test_nsys_cli_by_launch_names_the_runtime_and_driver_calls(nsys_reader: None) -> None:
+    result = _run(str(FIXED_SQLITE), "--by", "launch", "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    counts = {r["launch_name"]: r["count"] for r in doc["rows"]}
+    want: dict[str, int] = defaultdict(int)
+    for r in _csv("cuda_kern_exec_trace"):
+        want[_api_name(r["API Function"])] += 1
+    assert {_api_name(k): v for k, v in counts.items()} == want
+    assert doc["totals"] == {**doc["totals"], "rows": 1987, "no_launch": 0}

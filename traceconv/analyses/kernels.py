@@ -160,7 +160,7 @@ def summary(data: Data, by: str | Sequence[str] = "name", kinds: Sequence[str] =
     head = pd.DataFrame(
         {
             "count": grouped.size().astype("int64"),
-            "no_launch": (parts["exec"]["exec_count"] - parts["api"]["api_count"]).astype("int64"),
+            "no_launch": (grouped.size() - grouped["api_start_ns"].count()).astype("int64"),
             "queued": parts["queue"]["queue_count"],
             "time_pct": exec_total.astype("float64") * 100.0 / grand if grand else 0.0,
         }
