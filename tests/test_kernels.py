@@ -335,6 +335,17 @@ def test_cli_per_launch_csv_has_every_kernel_in_launch_order() -> None:
     assert {r["kind"] for r in got} == {"kernel", "memset"}
 
 
+def test_cli_csv_keeps_epoch_nanoseconds_exact_next_to_empty_cells() -> None:
+    """Nullable epoch times (~1.8e18 ns) must not pass through float64 on their way to CSV."""
+    result = _run(str(STREAMS), "--per-launch", "--format", "csv", "--top", "0")
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    queued = [r for r in rows if r["queue_start_ns"]]
+    assert queued and any(not r["queue_start_ns"] for r in rows)
+    for r in queued:
+        assert int(r["queue_start_ns"]) == int(r["api_start_ns"]) + int(r["api_dur_ns"])
+        assert int(r["kernel_start_ns"]) == int(r["queue_start_ns"]) + int(r["queue_dur_ns"])
+
+
 def test_cli_per_launch_top_is_the_longest_kernels() -> None:
     result = _run(str(STREAMS), "--per-launch", "--top", "3", "--format", "json")
     doc = json.loads(result.stdout)
@@ -474,13 +485,8 @@ def _key(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is not None, v) for v in row)
 
 
-# nsys-ai's hand-trimmed healthy_1pct holds an API call at -3000..-500 ns (before the session start);
-# the reader takes a negative end for "never ended" (nsys_parts.NONE = -1) and loses its end.
-_NEGATIVE_TIMES = pytest.mark.xfail(strict=True, reason="nsys reader: negative end read as no end")
-NSYS_EXPORTS = [
-    pytest.param(p, marks=_NEGATIVE_TIMES) if p.name == "GindaChen__nsys-ai__healthy_1pct.sqlite" else p
-    for p in sorted({*(CORPUS / "nsys").rglob("*.sqlite"), *(FIXTURES / "nsys").glob("*.sqlite")})
-]
+# nsys-ai's hand-trimmed healthy_1pct holds an API call at -3000..-500 ns (before the session start).
+NSYS_EXPORTS = sorted({*(CORPUS / "nsys").rglob("*.sqlite"), *(FIXTURES / "nsys").glob("*.sqlite")})
 
 
 @pytest.mark.parametrize(

@@ -95,10 +95,9 @@ def records(df: pd.DataFrame, decimals: int = 1) -> list[dict[str, Any]]:
 
 
 def csv_text(df: pd.DataFrame, decimals: int = 1) -> str:
-    out = pd.DataFrame(records(df, decimals), columns=list(df.columns))
-    for name in df.columns:
-        if pd.api.types.is_integer_dtype(df[name].dtype):
-            out[name] = out[name].astype("Int64")
+    """``df`` as CSV: integers exact, floats rounded to ``decimals``, missing values empty."""
+    floats = [c for c in df.columns if pd.api.types.is_float_dtype(df[c].dtype)]
+    out = df.assign(**{c: df[c].round(decimals) for c in floats}) if floats else df
     text: str = out.to_csv(index=False, lineterminator="\n")
     return text
 
