@@ -22,10 +22,12 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import traceconv
 from traceconv.analyses import kernels as K
-from traceconv.analyses.common import load
+from traceconv.analyses.common import describe, load
 from traceconv.cli import main
 
 from .conftest import CORPUS, FIXTURES
@@ -513,3 +515,31 @@ def test_nsys_cli_by_launch_names_the_runtime_and_driver_calls(nsys_reader: None
         want[_api_name(r["API Function"])] += 1
     assert {_api_name(k): v for k, v in counts.items()} == want
     assert doc["totals"] == {**doc["totals"], "rows": 1987, "no_launch": 0}
+
+
+# -- invariants ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", [*PYTORCH_TRACES[:3], FIXED_SQLITE], ids=lambda p: p.name[:40])
+def test_wall_time_is_api_plus_queue_plus_execution_when_queued(path: Path) -> None:
+    if path.suffix == ".sqlite":
+        pytest.importorskip("traceconv.readers.nsys")
+    rows = K.per_launch(traceconv.read(path), kinds=GPU_KINDS)
+    queued = rows[rows["queue_dur_ns"].notna()]
+    assert len(queued) > 0
+    assert (queued["total_dur_ns"] == queued["api_dur_ns"] + queued["queue_dur_ns"] + queued["kernel_dur_ns"]).all()
+    launched = rows[rows["api_start_ns"].notna()]
+    assert (launched["total_dur_ns"] >= launched["api_dur_ns"]).all()
+    assert (launched["total_dur_ns"] >= launched["kernel_dur_ns"]).all()
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 10**12)), min_size=1, max_size=60))
+@settings(max_examples=60, deadline=None)
+def test_per_group_statistics_follow_nvidias_definitions(pairs: list[tuple[str, int]]) -> None:
+    """Hand-made groups: median = midpoint of the middle two, stddev = sample (n-1), 0 for one value."""
+    df = pd.DataFrame({"g": pd.Categorical([p[0] for p in pairs]), "v": pd.array([p[1] for p in pairs], "Int64")})
+    got = describe(df.groupby("g", observed=True)["v"], "x")
+    for name, values in df.groupby("g", observed=True)["v"]:
+        ints = [int(v) for v in values]
+        row = got.loc[name]
+        assert (row["x_count"], row["x_total_ns"]) == (len(ints), sum(ints))
+        assert row["x_med_ns"] == statistics.median(ints)
+        assert row["x_std_ns"] == pytest.approx(statistics.stdev(ints) if len(ints) > 1 else 0.0, rel=1e-9, abs=1e-3)
