@@ -159,3 +159,32 @@ def test_directory_becomes_dataset(tmp_path: Path) -> None:
     df = traceconv.read_unified(out)
     assert set(df["trace_id"].astype(str)) == {"cuda_graph", "streams_memcpy"}
     assert len(df) == 208 + 417
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_ids)
+def test_operator_links_enclose_the_launch(path: Path) -> None:
+    """Every API call's operator is a CPU-side range on its thread that contains the call's start."""
+    df = traceconv.read(path).to_pandas()
+    rows = df.set_index("event_id")
+    api = df[(df["kind"] == "cuda_api") & df["op_event_id"].notna()]
+    ops = rows.loc[api["op_event_id"].astype("int64")]
+    assert set(ops["kind"].astype(str)) <= {"cpu_op", "nvtx"}
+    same_thread = (ops["tid"].astype(object).fillna(ops["tid_label"].astype(object)).to_numpy()
+                   == api["tid"].astype(object).fillna(api["tid_label"].astype(object)).to_numpy())
+    assert same_thread.all()
+    assert (ops["start_ns"].to_numpy() <= api["start_ns"].to_numpy()).all()
+    assert (api["start_ns"].to_numpy() <= ops["end_ns"].to_numpy()).all()
+    # GPU rows carry their launching call's operator
+    gpu = df[df["kind"].isin(["kernel", "memcpy", "memset"]) & df["launch_event_id"].notna()]
+    launches = rows.loc[gpu["launch_event_id"].astype("int64")]
+    assert (launches["op_event_id"].fillna(-1).to_numpy() == gpu["op_event_id"].fillna(-1).to_numpy()).all()
+
+
+def test_modern_external_ids_name_the_operator() -> None:
+    """Since late 2024 External id is reliable: the resolved operator has the call's External id."""
+    df = traceconv.read(FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz").to_pandas()
+    rows = df.set_index("event_id")
+    api = df[(df["kind"] == "cuda_api") & df["external_id"].notna() & df["op_event_id"].notna()]
+    assert len(api) > 1000
+    ops = rows.loc[api["op_event_id"].astype("int64")]
+    assert (ops["external_id"].to_numpy() == api["external_id"].to_numpy()).mean() > 0.99

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from traceconv import __version__
-from traceconv.errors import TraceconvError, UsageError
+from traceconv.errors import PartialResultError, TraceconvError, UsageError
 from traceconv.ingest import Job, plan_jobs
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,14 +83,15 @@ def _report(job: Job, rows: int, kinds: dict[str, int], span_ns: int | None, ela
     click.echo(f"  {parts}")
 
 
-def _run_jobs(jobs: list[Job], fmt: str | None) -> None:
+def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
     from traceconv.io import convert
 
+    partial: list[Job] = []
     for job in jobs:
         bar = _Bar(job.source.name)
         t0 = time.monotonic()
         try:
-            result = convert(job.source, job.output, fmt=fmt, progress=bar)
+            result = convert(job.source, job.output, fmt=fmt, progress=bar, **options)
         finally:
             bar.close()
         span = result.end_ns - result.start_ns if result.start_ns is not None and result.end_ns is not None else None
@@ -98,6 +99,14 @@ def _run_jobs(jobs: list[Job], fmt: str | None) -> None:
         info = result.info
         for note in getattr(info, "notes", []):
             click.echo(f"  note: {note}")
+        if getattr(info, "partial", False):
+            partial.append(job)
+            skipped = info.counters
+            click.echo(f"traceconv: warning: {job.source}: partial result written to {job.output}: skipped "
+                       f"{skipped.get('events_skipped', 0):,} events and {skipped.get('bytes_skipped', 0):,} bytes "
+                       f"of damaged input", err=True)
+    if partial:
+        sys.exit(PartialResultError.exit_code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,8 +120,10 @@ def main(debug: bool) -> None:
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="Output file (one input) or directory (several inputs, or a directory of traces).")
+@click.option("--salvage", is_flag=True,
+              help="Keep every complete event of a truncated or damaged trace; exit 6 when anything was skipped.")
 @handle_errors
-def ingest(traces: tuple[Path, ...], output: Path | None) -> None:
+def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool) -> None:
     """Convert PyTorch profiler traces (.json, .json.gz, or a directory of them) to Parquet.
 
     Nsight Systems files are recognised by their content and converted too. A directory
@@ -124,34 +135,48 @@ def ingest(traces: tuple[Path, ...], output: Path | None) -> None:
         traceconv ingest trace.json                    # -> trace.parquet
 
         traceconv ingest ./log/run1 -o run1_parquet/   # one file per rank
+
+        traceconv ingest --salvage crashed.json.tmp    # keep what a killed run wrote
     """
-    _run_jobs(plan_jobs(traces, output), None)
+    _run_jobs(plan_jobs(traces, output), None, **({"salvage": True} if salvage else {}))
 
 
 @main.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file or directory.")
-@click.option("--nsys", "nsys_path", type=click.Path(path_type=Path), help="The nsys binary to export reports with.")
+@click.option("--nsys", "nsys_path", type=click.Path(path_type=Path),
+              help="The nsys binary to export reports with (default: $NSYS, the PATH, the usual install folders).")
+@click.option("--include-environment", is_flag=True,
+              help="Copy the profiled command line and environment into the metadata (credentials redacted).")
 @handle_errors
-def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None) -> None:
+def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None, include_environment: bool) -> None:
     """Convert Nsight Systems reports (.nsys-rep, .qdrep) or SQLite exports to Parquet.
+
+    Reports are exported to SQLite with `nsys export` into a .traceconv-cache/ folder beside
+    them, and the export is reused while it is newer than the report. The profiled
+    environment and command line are left out unless --include-environment is given.
 
     Example:
 
         traceconv nsys my_trace.nsys-rep               # -> my_trace.parquet
 
         traceconv nsys run.sqlite -o run.parquet
-    """
-    jobs = plan_jobs(reports, output, patterns=("*.sqlite", "*.nsys-rep", "*.qdrep"))
-    for job in jobs:
-        if job.source.suffix not in (".sqlite", ".nsys-rep", ".qdrep", ".db"):
-            raise UsageError(job.source, "is not an Nsight Systems file by its extension",
-                             "use `traceconv ingest` for PyTorch traces")
-    if nsys_path is not None:
-        import os
 
-        os.environ["NSYS"] = str(nsys_path)
-    _run_jobs(jobs, None)
+        traceconv nsys ./reports/ -o parquet/ --nsys /opt/nvidia/nsight-systems/2025.3.1/bin/nsys
+    """
+    from traceconv.readers import sniff
+
+    jobs = plan_jobs(reports, output, patterns=("*.sqlite", "*.nsys-rep", "*.qdrep"))
+    formats = [sniff(job.source) for job in jobs]
+    for job, fmt in zip(jobs, formats):
+        if fmt not in ("nsys", "nsys-report"):
+            raise UsageError(job.source, "is not an Nsight Systems report or SQLite export by its content",
+                             "use `traceconv ingest` for PyTorch traces")
+    for job, fmt in zip(jobs, formats):
+        options: dict[str, Any] = {"include_environment": include_environment}
+        if fmt == "nsys-report":
+            options["nsys"] = nsys_path
+        _run_jobs([job], fmt, **options)
 
 
 @main.command()

@@ -15,6 +15,7 @@ from traceconv.errors import InputError, UnsupportedFormatError
 from traceconv.readers.base import Progress, Reader, TraceInfo, trace_stem
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"  # .nsys-rep and .qdrep, whatever their name
 GZIP_MAGIC = b"\x1f\x8b"
 
 # format name -> (module, class)
@@ -38,7 +39,7 @@ def sniff(path: Path) -> str:
         return "nsys"
     if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
         return "pytorch"
-    if path.suffix in (".nsys-rep", ".qdrep"):
+    if path.suffix in (".nsys-rep", ".qdrep") or head.startswith(REPORT_MAGIC):
         return "nsys-report"
     if not head:
         raise InputError(path, "is empty", "the profiler may not have finished writing it")

@@ -135,11 +135,21 @@ def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:
 
 
 def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
-    """Integer ids as int64; anything else (``"Spans"``, ``"stream 7"``) kept as a label."""
-    ints = [v if type(v) is int else (int(v) if type(v) is float and v.is_integer() else None) for v in values]
+    """Integer ids (also when written as digits in a string) as int64; anything else kept as a label."""
+    ints = [_int_id(v) for v in values]
     cols[col] = numbers(ints, pa.int64())
-    labels = [None if type(v) is int or v is None else str(v) for v in values]
+    labels = [None if i is not None or v is None else str(v) for v, i in zip(values, ints)]
     cols[col + "_label"] = pa.array(labels, pa.string()).dictionary_encode()
+
+
+def _int_id(v: Any) -> int | None:
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    if type(v) is str and v.isdigit() and len(v) < 19:
+        return int(v)
+    return None
 
 
 def _api_class(cat: pa.Array, kinds: I64) -> pa.Array:

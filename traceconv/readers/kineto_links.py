@@ -1,4 +1,4 @@
-"""Links in a PyTorch trace, exact across chunks: a compact index filled in pass 1, applied in pass 2.
+"""Links in a PyTorch trace, exact across chunks, in memory proportional to the API calls only.
 
 - GPU op -> launching API call: ``args.correlation`` (unique per process; a Kineto trace is
   one process).
@@ -6,54 +6,77 @@
   on the same thread; otherwise (missing, equal to the correlation id as traces before late
   2024 wrote, or colliding with an unrelated operator) the innermost ``cpu_op`` (else
   ``user_annotation``) enclosing the call on its thread.
+
+Pass 1 (:meth:`LinkIndex.add`) keeps compact arrays for API calls and GPU rows; operators
+go to a spill as small tables. Between passes (:meth:`LinkIndex.finalize`) the operators
+stream past the API calls once, batch by batch. Pass 2 (:meth:`LinkIndex.resolve`) fills
+the link columns of each batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
-from traceconv.readers.links import innermost_enclosing, lookup
+from traceconv.readers.links import lookup
 
 _K = {k: i for i, k in enumerate(S.KINDS)}
-_FIELDS = ("event_id", "corr", "ext", "pid", "tid", "start", "end", "name")
+_COLS = (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"), ("pid", "pid"),
+         ("tid", "tid"), ("start", "start_ns"), ("end", "end_ns"))
+
+
+def _ranges(lo: I64, hi: I64) -> tuple[I64, I64]:
+    """Expand [lo, hi) ranges: (index of the range, position) for every position covered."""
+    counts = np.maximum(hi - lo, 0)
+    owner = np.repeat(np.arange(len(lo), dtype=np.int64), counts)
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return owner, starts + np.arange(int(counts.sum()), dtype=np.int64)
 
 
 class LinkIndex:
     def __init__(self) -> None:
         self.names: list[str | None] = []
-        self._name_code: dict[str | None, int] = {}
-        self._api: dict[str, list[I64]] = {f: [] for f in _FIELDS}
-        self._ops: dict[str, list[I64]] = {f: [] for f in (*_FIELDS, "is_cpu")}
+        self._name_code: dict[str, int] = {}
+        self._api: dict[str, list[I64]] = {f: [] for f in (*dict(_COLS), "name")}
+        self._gpu: dict[str, list[I64]] = {f: [] for f in ("event_id", "corr", "ext")}
         self.process_names: dict[str, str] = {}
         self.thread_names: dict[str, str] = {}
         self.api: dict[str, I64] = {}
-        self.ops: dict[str, I64] = {}
-        self.api_op = np.empty(0, dtype=np.int64)
+        self.gpu: dict[str, I64] = {}
 
     # -- pass 1 ---------------------------------------------------------------------
-    def add(self, table: pa.Table) -> None:
+    def add(self, table: pa.Table) -> pa.Table | None:
+        """Record API and GPU rows; return the operator rows as a small table for the spill."""
         kind = to_numpy(table["kind"].combine_chunks().indices)
-        cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
-        is_api = kind == _K["cuda_api"]
-        is_cpu = kind == _K["cpu_op"]
-        is_annot = np.asarray(pc.equal(cat, "user_annotation"))
-        self._take(self._api, table, is_api)
-        is_op = is_cpu | is_annot
-        self._take(self._ops, table, is_op)
-        self._ops["is_cpu"].append(is_cpu[is_op].astype(np.int64))
+        self._take(self._api, table, kind == _K["cuda_api"], with_name=True)
+        gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
+        if gpu.any():
+            sub = table.filter(pa.array(gpu))
+            for field, col in (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id")):
+                self._gpu[field].append(to_numpy(sub[col]))
         self._names_from_metadata(table)
+        cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
+        is_cpu = kind == _K["cpu_op"]
+        is_op = is_cpu | np.asarray(pc.equal(cat, "user_annotation"))
+        if not is_op.any():
+            return None
+        ops: dict[str, list[I64]] = {f: [] for f in (*dict(_COLS), "name")}
+        self._take(ops, table, is_op, with_name=True)
+        cols = {f: pa.array(v[0]) for f, v in ops.items()}
+        cols["is_cpu"] = pa.array(is_cpu[is_op].astype(np.int64))
+        return pa.table(cols)
 
     def _code(self, values: list[str | None]) -> I64:
-        out = np.empty(len(values), dtype=np.int64)
+        out = np.full(len(values), -1, dtype=np.int64)
         for i, v in enumerate(values):
             if v is None:
-                out[i] = -1
                 continue
             code = self._name_code.get(v)
             if code is None:
@@ -62,23 +85,26 @@ class LinkIndex:
             out[i] = code
         return out
 
-    def _take(self, store: dict[str, list[I64]], table: pa.Table, mask: Any) -> None:
+    def _take(self, store: dict[str, list[I64]], table: pa.Table, mask: Any, with_name: bool) -> None:
         if not mask.any():
             return
         sub = table.filter(pa.array(mask))
-        distinct, codes = dict_codes(sub["name"].combine_chunks())
-        lut = self._code(distinct)
-        store["name"].append(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1))
-        for field, col in (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"),
-                           ("pid", "pid"), ("tid", "tid"), ("start", "start_ns"), ("end", "end_ns")):
+        if with_name:
+            distinct, codes = dict_codes(sub["name"].combine_chunks())
+            lut = self._code(distinct)
+            store["name"].append(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1))
+        for field, col in _COLS:
             store[field].append(to_numpy(sub[col]))
+        for field in ("pid", "tid"):  # labelled ids ("Spans", "stream 7") get codes of their own
+            labels, codes = dict_codes(sub[field + "_label"].combine_chunks())
+            if labels:
+                lut = self._code(labels)
+                store[field][-1] = np.where(codes >= 0, -2 - lut[np.maximum(codes, 0)], store[field][-1])
 
     def _names_from_metadata(self, table: pa.Table) -> None:
         meta = table.filter(pc.equal(table["phase"].cast(pa.string()), "M"))
-        if meta.num_rows == 0:
-            return
         for row in meta.select(["name", "pid", "tid", "pid_label", "tid_label", "args"]).to_pylist():
-            label = _thread_label(row["args"])
+            label = _label(row["args"])
             if label is None:
                 continue
             pkey = _key(row["pid"], row["pid_label"])
@@ -88,41 +114,20 @@ class LinkIndex:
                 self.thread_names[pkey + "/" + _key(row["tid"], row["tid_label"])] = label
 
     # -- between passes -------------------------------------------------------------
-    def finalize(self) -> None:
+    def finalize(self, op_tables: Iterable[pa.Table]) -> None:
         self.api = {f: _cat(v) for f, v in self._api.items()}
-        self.ops = {f: _cat(v) for f, v in self._ops.items()}
-        self._api = self._ops = {}  # type: ignore[assignment]
-        self.api_op = self._resolve_ops()
-
-    def _resolve_ops(self) -> I64:
-        api, ops = self.api, self.ops
-        n = len(api["event_id"])
-        result = np.full(n, -1, dtype=np.int64)
-        if n == 0 or len(ops["event_id"]) == 0:
-            return result
-        usable = (api["ext"] >= 0) & (api["ext"] != api["corr"])
-        cand = np.where(usable, lookup(api["ext"], ops["ext"]), -1)
-        c = np.maximum(cand, 0)
-        same_thread = (ops["pid"][c] == api["pid"]) & (ops["tid"][c] == api["tid"])
-        encloses = (ops["start"][c] <= api["start"]) & (api["start"] <= ops["end"][c])
-        result = np.where((cand >= 0) & same_thread & encloses, cand, -1)
-        todo = np.flatnonzero(result < 0)
-        if len(todo):
-            groups = _groups(ops["pid"], ops["tid"], api["pid"][todo], api["tid"][todo])
-            for want_cpu in (1, 0):
-                sel = np.flatnonzero(ops["is_cpu"] == want_cpu)
-                left = todo[result[todo] < 0]
-                if len(left) == 0 or len(sel) == 0:
-                    continue
-                g_ops, g_q = groups[0][sel], groups[1][np.searchsorted(todo, left)]
-                found = innermost_enclosing(g_ops, ops["start"][sel], ops["end"][sel], g_q, api["start"][left])
-                result[left] = np.where(found >= 0, sel[np.maximum(found, 0)], -1)
-        return result
+        self.gpu = {f: _cat(v) for f, v in self._gpu.items()}
+        self._api = self._gpu = {}  # type: ignore[assignment]
+        resolver = _OpResolver(self.api, self.gpu)
+        for ops in op_tables:
+            resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
+        self.api["op_eid"], self.api["op_name"] = resolver.api_result()
+        self.gpu["op_eid"], self.gpu["op_name"] = resolver.gpu_ext_eid, resolver.gpu_ext_name
 
     # -- pass 2 ---------------------------------------------------------------------
     def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
         n = table.num_rows
-        api, ops = self.api, self.ops
+        api = self.api
         kind = to_numpy(table["kind"].combine_chunks().indices)
         eid = to_numpy(table["event_id"])
         gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
@@ -130,49 +135,42 @@ class LinkIndex:
         launch = np.full(n, -1, dtype=np.int64)
         if gpu.any() and len(api["corr"]):
             launch[gpu] = lookup(corr[gpu], np.where(api["corr"] >= 0, api["corr"], -2))
-        is_api = kind == _K["cuda_api"]
         own = np.full(n, -1, dtype=np.int64)
+        is_api = kind == _K["cuda_api"]
         if is_api.any():
             own[is_api] = lookup(eid[is_api], api["event_id"])
-        op = np.where(launch >= 0, self.api_op[np.maximum(launch, 0)] if len(self.api_op) else -1, -1)
-        op = np.where(own >= 0, self.api_op[np.maximum(own, 0)] if len(self.api_op) else -1, op)
-        op = self._op_from_own_external_id(table, gpu & (launch < 0), corr, op)
+        via = np.where(launch >= 0, launch, own)
+        op_eid = _gather(api.get("op_eid"), via)
+        op_name = _gather(api.get("op_name"), via)
+        orphan = gpu & (launch < 0)
+        if orphan.any() and len(self.gpu["event_id"]):
+            g = lookup(eid[orphan], self.gpu["event_id"])
+            op_eid[orphan], op_name[orphan] = _gather(self.gpu["op_eid"], g), _gather(self.gpu["op_name"], g)
         cols = {name: table[name] for name in S.NAMES}
-        has = launch >= 0
-        li = np.maximum(launch, 0)
-
-        def pick(values: I64, mask: Any, offset: int = 0) -> pa.Array:
-            return pa.array(np.where(mask, values[li] + offset if len(values) else 0, 0), mask=~mask)
-
-        lstart = pick(api["start"], has, base_ns) if len(api["start"]) else pa.nulls(n, pa.int64())
-        lend = pick(api["end"], has, base_ns) if len(api["end"]) else pa.nulls(n, pa.int64())
         cols["start_ns"] = pc.add(table["start_ns"], base_ns)
         cols["end_ns"] = pc.add(table["end_ns"], base_ns)
-        if len(api["event_id"]):
-            cols["launch_event_id"] = pick(api["event_id"], has)
-            cols["launch_tid"] = pick(api["tid"], has)
-            cols["launch_name"] = from_codes(np.where(has, api["name"][li], -1), self.names)
+        self._launch_columns(cols, launch, base_ns)
+        cols["op_event_id"] = pa.array(op_eid, mask=op_eid < 0)
+        cols["op_name"] = from_codes(op_name, self.names)
+        cols["process_name"], cols["thread_name"] = self._labels(table)
+        return S.conform(cols, n)
+
+    def _launch_columns(self, cols: dict[str, Any], launch: I64, base_ns: int) -> None:
+        has = launch >= 0
+        if not has.any():
+            return
+        api, li = self.api, np.maximum(launch, 0)
+
+        def pick(values: I64, offset: int = 0) -> pa.Array:
+            return pa.array(np.where(has, values[li] + offset, 0), mask=~has)
+
+        lstart, lend = pick(api["start"], base_ns), pick(api["end"], base_ns)
+        cols["launch_event_id"], cols["launch_tid"] = pick(api["event_id"]), pick(api["tid"])
+        cols["launch_name"] = from_codes(np.where(has, api["name"][li], -1), self.names)
         cols["launch_start_ns"], cols["launch_end_ns"] = lstart, lend
         queue = pc.subtract(cols["start_ns"], lend)
         cols["queue_ns"] = pc.if_else(pc.greater_equal(queue, 0), queue, None)
         cols["wall_ns"] = pc.subtract(pc.max_element_wise(lend, cols["end_ns"]), lstart)
-        oi = np.maximum(op, 0)
-        if len(ops["event_id"]):
-            cols["op_event_id"] = pa.array(np.where(op >= 0, ops["event_id"][oi], 0), mask=op < 0)
-            cols["op_name"] = from_codes(np.where(op >= 0, ops["name"][oi], -1), self.names)
-        cols["process_name"], cols["thread_name"] = self._labels(table)
-        return S.conform(cols, n)
-
-    def _op_from_own_external_id(self, table: pa.Table, mask: Any, corr: I64, op: I64) -> I64:
-        """GPU work with no launch in the trace: its own External id, unless it only repeats the correlation."""
-        if not mask.any() or len(self.ops["ext"]) == 0:
-            return op
-        ext = to_numpy(table["external_id"])
-        usable = mask & (ext >= 0) & (ext != corr)
-        found = lookup(ext[usable], self.ops["ext"])
-        out = op.copy()
-        out[np.flatnonzero(usable)] = found
-        return out
 
     def _labels(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
         n = table.num_rows
@@ -184,35 +182,124 @@ class LinkIndex:
         out = []
         for keys, mapping in ((pkey, self.process_names), (tkey, self.thread_names)):
             pos = pc.index_in(keys, value_set=pa.array(list(mapping), pa.string()))
-            out.append(pa.array(list(mapping.values()), pa.string()).take(pos).combine_chunks().dictionary_encode()
-                       if isinstance(pos, pa.ChunkedArray) else
-                       pa.array(list(mapping.values()), pa.string()).take(pos).dictionary_encode())
+            values = pa.array(list(mapping.values()), pa.string())
+            out.append(pc.dictionary_encode(values.take(pos)))
         return out[0], out[1]
+
+
+class _OpResolver:
+    """Streams operator batches past the API calls: External-id matches and innermost enclosing ops."""
+
+    def __init__(self, api: dict[str, I64], gpu: dict[str, I64]) -> None:
+        self.api = api
+        n = len(api["event_id"])
+        usable = (api["ext"] >= 0) & (api["ext"] != api["corr"])
+        self.ext_q = _Sorted(np.where(usable, api["ext"], -1), usable)
+        g_usable = (gpu["ext"] >= 0) & (gpu["ext"] != gpu["corr"])
+        self.gpu_q = _Sorted(np.where(g_usable, gpu["ext"], -1), g_usable)
+        self.ext_eid, self.ext_name = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        self.gpu_ext_eid = np.full(len(gpu["event_id"]), -1, np.int64)
+        self.gpu_ext_name = np.full(len(gpu["event_id"]), -1, np.int64)
+        self.best = {flag: (np.full(n, np.iinfo(np.int64).min, np.int64), np.full(n, -1, np.int64),
+                            np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for flag in (0, 1)}
+        self.threads: dict[tuple[int, int], int] = {}
+        codes = np.array([self.threads.setdefault((int(p), int(t)), len(self.threads))
+                          for p, t in zip(api["pid"].tolist(), api["tid"].tolist())], dtype=np.int64)
+        self.t0 = int(api["start"].min()) if n else 0
+        self.span = int(max(api["end"].max() - self.t0, 0)) + 2 if n else 1
+        self.key = codes * self.span + (api["start"] - self.t0) if n else codes
+        self.order = np.argsort(self.key, kind="stable")
+        self.sorted_key = self.key[self.order]
+
+    def feed(self, ops: dict[str, I64]) -> None:
+        self._ext(ops)
+        self._enclosing(ops)
+
+    def _ext(self, ops: dict[str, I64]) -> None:
+        api = self.api
+        op_i, j = self.ext_q.matches(ops["ext"])
+        ok = ((ops["pid"][op_i] == api["pid"][j]) & (ops["tid"][op_i] == api["tid"][j])
+              & (ops["start"][op_i] <= api["start"][j]) & (api["start"][j] <= ops["end"][op_i])
+              & (self.ext_eid[j] < 0))
+        self.ext_eid[j[ok]], self.ext_name[j[ok]] = ops["event_id"][op_i[ok]], ops["name"][op_i[ok]]
+        op_i, g = self.gpu_q.matches(ops["ext"])
+        free = self.gpu_ext_eid[g] < 0
+        self.gpu_ext_eid[g[free]], self.gpu_ext_name[g[free]] = ops["event_id"][op_i[free]], ops["name"][op_i[free]]
+
+    def _enclosing(self, ops: dict[str, I64]) -> None:
+        if not len(self.sorted_key):
+            return
+        code = np.array([self.threads.get((int(p), int(t)), -1) for p, t in
+                         zip(ops["pid"].tolist(), ops["tid"].tolist())], dtype=np.int64)
+        live = np.flatnonzero((code >= 0) & (ops["end"] >= ops["start"]))
+        c, s, e = code[live], ops["start"][live] - self.t0, ops["end"][live] - self.t0
+        lo = np.searchsorted(self.sorted_key, c * self.span + np.clip(s, 0, self.span - 1), "left")
+        hi = np.searchsorted(self.sorted_key, c * self.span + np.clip(e, -1, self.span - 1), "right")
+        owner, pos = _ranges(lo, hi)
+        op_i, j = live[owner], self.order[pos]
+        for flag in (0, 1):
+            sel = ops["is_cpu"][op_i] == flag
+            self._improve(self.best[flag], ops, op_i[sel], j[sel])
+
+    @staticmethod
+    def _improve(best: tuple[I64, I64, I64, I64], ops: dict[str, I64], op_i: I64, j: I64) -> None:
+        """Innermost = latest start, then earliest end; keep the best per API call."""
+        b_start, b_end, b_eid, b_name = best
+        order = np.lexsort((-ops["end"][op_i], ops["start"][op_i], j))
+        op_i, j = op_i[order], j[order]
+        last = np.flatnonzero(np.append(j[1:] != j[:-1], True)) if len(j) else np.empty(0, np.int64)
+        op_i, j = op_i[last], j[last]
+        st, en = ops["start"][op_i], ops["end"][op_i]
+        better = (st > b_start[j]) | ((st == b_start[j]) & (en < b_end[j]))
+        j, op_i = j[better], op_i[better]
+        b_start[j], b_end[j], b_eid[j], b_name[j] = ops["start"][op_i], ops["end"][op_i], ops["event_id"][op_i], \
+            ops["name"][op_i]
+
+    def api_result(self) -> tuple[I64, I64]:
+        eid, name = self.ext_eid.copy(), self.ext_name.copy()
+        for flag in (1, 0):
+            _, _, b_eid, b_name = self.best[flag]
+            fill = (eid < 0) & (b_eid >= 0)
+            eid[fill], name[fill] = b_eid[fill], b_name[fill]
+        return eid, name
+
+
+class _Sorted:
+    """Sorted query keys, to find every query equal to a probe key."""
+
+    def __init__(self, keys: I64, valid: Any) -> None:
+        idx = np.flatnonzero(valid)
+        order = np.argsort(keys[idx], kind="stable")
+        self.idx, self.keys = idx[order], keys[idx][order]
+
+    def matches(self, probe: I64) -> tuple[I64, I64]:
+        """(probe index, query index) for every equal pair."""
+        if not len(self.keys):
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        ok = np.flatnonzero(probe >= 0)
+        lo = np.searchsorted(self.keys, probe[ok], "left")
+        hi = np.searchsorted(self.keys, probe[ok], "right")
+        owner, pos = _ranges(lo, hi)
+        return ok[owner], self.idx[pos]
+
+
+def _gather(values: I64 | None, idx: I64) -> I64:
+    if values is None or not len(values):
+        return np.full(len(idx), -1, dtype=np.int64)
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], -1)
 
 
 def _cat(parts: list[I64]) -> I64:
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
-def _groups(op_pid: I64, op_tid: I64, q_pid: I64, q_tid: I64) -> tuple[I64, I64]:
-    """One int64 code per (pid, tid) pair, shared by ops and queries."""
-    pid = np.concatenate([op_pid, q_pid])
-    tid = np.concatenate([op_tid, q_tid])
-    _, pid_code = np.unique(pid, return_inverse=True)
-    _, tid_code = np.unique(tid, return_inverse=True)
-    codes = pid_code.reshape(-1).astype(np.int64) * (int(tid_code.max()) + 1) + tid_code.reshape(-1)
-    return codes[: len(op_pid)], codes[len(op_pid):]
-
-
 def _key(value: int | None, label: str | None) -> str:
     return label if label is not None else ("" if value is None else str(value))
 
 
-def _thread_label(args_text: str | None) -> str | None:
+def _label(args_text: str | None) -> str | None:
     if not args_text:
         return None
-    import orjson
-
     try:
         value = orjson.loads(args_text)
     except orjson.JSONDecodeError:

@@ -25,7 +25,7 @@ from traceconv.readers.kineto_decode import Decoded, decode_events
 from traceconv.readers.kineto_repair import RobustDecoder
 from traceconv.readers.kineto_links import LinkIndex
 
-SPILL_BYTES = 16 << 20
+SPILL_BYTES = 8 << 20
 ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
 METADATA_KEYS_SKIPPED = ("traceEvents",)
 
@@ -62,7 +62,7 @@ class PytorchReader:
         chunks = EventChunks(self.path, decode, progress, self._chunk_size, self._salvage)
         robust.damage = chunks.damage
         index = LinkIndex()
-        spill = _Spill()
+        spill, op_spill = _Spill(), _Spill()
         was_enabled = gc.isenabled()
         gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
         try:
@@ -71,14 +71,19 @@ class PytorchReader:
                                                                          bool(self._unpadded)))
                 del decoded
                 self._events += table.num_rows
-                index.add(table)
+                ops = index.add(table)
+                if ops is not None:
+                    op_spill.append(ops)
                 spill.append(table)
         finally:
             if was_enabled:
                 gc.enable()
         self._record_damage(chunks.damage, robust)
         self._describe(chunks.document.top, spill.min_start)
-        index.finalize()
+        try:
+            index.finalize(op_spill)
+        finally:
+            op_spill.close()
         base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
         try:
             for table in spill:
@@ -142,9 +147,10 @@ class _Spill:
         self.min_start: int | None = None
 
     def append(self, table: pa.Table) -> None:
-        start = pc.min(table["start_ns"]).as_py()
-        if start is not None:
-            self.min_start = start if self.min_start is None else min(self.min_start, start)
+        if "start_ns" in table.column_names:
+            start = pc.min(table["start_ns"]).as_py()
+            if start is not None:
+                self.min_start = start if self.min_start is None else min(self.min_start, start)
         if self._writer is None and self._bytes + table.nbytes <= SPILL_BYTES:
             self._tables.append(table)
             self._bytes += table.nbytes
