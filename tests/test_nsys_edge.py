@@ -1,0 +1,89 @@
+"""Edge cases that no export of the corpus has, on a hand-made copy of fixed.sqlite.
+
+The corpus's NVTX events are all push/pop ranges (59) and domain creations (75); start/end
+ranges (60) that end on another thread or never, marks (34), named domains with push/pop
+ranges, interned text (textId) and batched copies (copyCount > 1) are added here by hand,
+in the columns and codes that Nsight Systems uses for them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import traceconv
+
+FIXED = Path(__file__).resolve().parents[1] / "fixtures" / "nsys" / "fixed.sqlite"
+MAIN = 281485059818073  # globalTid of fixed.sqlite's main thread (pid 601, tid 601)
+OTHER = 281485059818126  # its pt_autograd_0 thread (tid 654)
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
+    path = tmp_path_factory.mktemp("edge") / "hand_made.sqlite"
+    shutil.copy(FIXED, path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO StringIds (id, value) VALUES (900001, 'checkpoint')")
+        rows = [  # start, end, eventType, text, globalTid, endGlobalTid, textId, domainId
+            (4_000_000_000, 4_100_000_000, 60, "io_wait", MAIN, OTHER, None, 0),
+            (4_200_000_000, None, 60, "never_ends", MAIN, None, None, 0),
+            (4_300_000_000, None, 34, None, MAIN, None, 900001, 0),
+            (4_000_000_001, None, 75, "MyDomain", MAIN, None, None, 7),
+            (4_311_182_000, 4_311_183_000, 59, "inner", MAIN, None, None, 7),  # in model_inference, around a call
+        ]
+        db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, "
+                       "domainId) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyCount = 4 WHERE rowid = 1")
+    return traceconv.read(path)
+
+
+def _one(table: pa.Table, name: str) -> dict[str, Any]:
+    [row] = table.filter(pc.equal(table["name"].cast(pa.string()), name)).to_pylist()
+    return row
+
+
+def test_start_end_range_ending_on_another_thread(edited: pa.Table) -> None:
+    row = _one(edited, "io_wait")
+    assert (row["kind"], row["phase"], row["tid"], row["dur_ns"]) == ("nvtx", "X", 601, 100_000_000)
+    assert json.loads(row["args"])["endGlobalTid"] == OTHER
+
+
+def test_a_range_that_never_ends_has_no_end(edited: pa.Table) -> None:
+    row = _one(edited, "never_ends")
+    assert row["kind"] == "nvtx" and row["start_ns"] is not None and row["end_ns"] is None and row["dur_ns"] is None
+    notes = json.loads(edited.schema.metadata[b"traceconv.stats"])["notes"]
+    assert any(n.startswith("1 NVTX start/end ranges never ended") for n in notes)
+
+
+def test_a_mark_is_an_instant_named_by_its_text_id(edited: pa.Table) -> None:
+    row = _one(edited, "checkpoint")
+    assert (row["kind"], row["phase"], row["dur_ns"]) == ("marker", "i", 0)
+    assert row["end_ns"] == row["start_ns"]
+
+
+def test_domains_name_their_ranges(edited: pa.Table) -> None:
+    inner = _one(edited, "inner")
+    assert (inner["kind"], inner["domain"]) == ("nvtx", "MyDomain")
+    created = _one(edited, "MyDomain")
+    assert (created["kind"], created["phase"]) == ("other", "i")
+    default = edited.filter(pc.equal(edited["name"].cast(pa.string()), "model_inference"))
+    assert default.num_rows == 10 and default["domain"].null_count == 10  # the default domain has no name
+
+
+def test_a_push_pop_range_of_any_domain_is_an_op(edited: pa.Table) -> None:
+    inner = _one(edited, "inner")
+    api = edited.filter(pc.equal(edited["op_event_id"], inner["event_id"])).to_pylist()
+    assert api and all(r["kind"] == "cuda_api" and r["tid"] == 601 for r in api)
+    assert all(inner["start_ns"] <= r["start_ns"] <= inner["end_ns"] for r in api)
+
+
+def test_batched_copies_are_noted(edited: pa.Table) -> None:
+    notes = json.loads(edited.schema.metadata[b"traceconv.stats"])["notes"]
+    assert any(n.startswith("1 memcpy rows stand for several copies") for n in notes)

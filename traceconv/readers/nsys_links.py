@@ -1,0 +1,124 @@
+"""Links between the rows of an Nsight Systems export, in numpy.
+
+- launch: GPU work -> the CUDA API call that launched it, by correlation id *within the
+  process* (``k.globalPid = r.globalTid & 0xFFFFFFFFFF000000``), as ``nsys stats
+  --report cuda_kern_exec_trace`` joins them; the queue and wall times follow from it.
+- op: API calls (and, through their launch, GPU rows) -> the innermost NVTX push/pop range
+  that encloses the call on the calling thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from traceconv.readers.arrow_util import I64
+from traceconv.readers.links import innermost_enclosing, lookup
+from traceconv.readers.nsys_parts import LOW24, NO_TIME, NONE, Part, distinct
+
+_CORR_BITS = 40
+
+
+@dataclass
+class Launches:
+    """The launching API calls: a Part of CUPTI_ACTIVITY_KIND_RUNTIME and its first event id."""
+
+    part: Part
+    first_id: int
+
+
+@dataclass
+class Ranges:
+    """NVTX push/pop ranges: thread, start, end and event id of each."""
+
+    gtid: I64
+    start: I64
+    end: I64
+    event_id: I64
+    name: pa.Array
+
+    @classmethod
+    def of(cls, part: Part | None, first_id: int) -> Ranges:
+        if part is None or part.push_pop is None:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, empty, pa.array([], pa.string()))
+        idx = np.flatnonzero(part.push_pop)
+        return cls(part.gtid[idx], part.start[idx], part.end[idx], first_id + idx,
+                   part.cols["name"].take(pa.array(idx)))
+
+    def enclosing(self, gtid: I64, time: I64) -> dict[str, pa.Array]:
+        """``op_event_id`` and ``op_name`` for queries (thread, time); NONE thread -> null."""
+        pos = innermost_enclosing(self.gtid, self.start, self.end, gtid, time)
+        pos = np.where(gtid >= 0, pos, -1)
+        ok = pos >= 0
+        event_id = pa.array(np.where(ok, self.event_id[np.maximum(pos, 0)] if len(self.event_id) else 0, 0),
+                            mask=~ok)
+        name = self.name.take(pa.array(np.maximum(pos, 0), mask=~ok)) if len(self.name) else pa.nulls(len(pos))
+        return {"op_event_id": event_id, "op_name": name}
+
+
+def _process_keys(api_gpid: I64, gpu_gpid: I64) -> tuple[I64, I64]:
+    """Small process codes shared by both sides (NONE stays negative)."""
+    _, codes = np.unique(np.concatenate([api_gpid, gpu_gpid]), return_inverse=True)
+    codes = codes.reshape(-1).astype(np.int64)
+    return codes[: len(api_gpid)], codes[len(api_gpid):]
+
+
+def launch_index(launches: Launches, gpu: Part) -> tuple[I64, list[str]]:
+    """For each GPU row, the row index of its launching call in ``launches.part``, or -1."""
+    api = launches.part
+    notes: list[str] = []
+    by_process = bool((gpu.gpid >= 0).any())
+    if by_process:
+        api_proc, gpu_proc = _process_keys(api.gpid, gpu.gpid)
+    else:
+        api_proc, gpu_proc = np.zeros(api.n, dtype=np.int64), np.zeros(gpu.n, dtype=np.int64)
+        if len(distinct(api.gpid)) > 1:
+            notes.append(f"{gpu.table} has no globalPid: GPU rows were linked to API calls by correlation id alone")
+    limit = 1 << _CORR_BITS
+    api_ok = (api.corr > 0) & (api.corr < limit)
+    api_key = np.where(api_ok, (api_proc << _CORR_BITS) | np.maximum(api.corr, 0), -2)
+    gpu_ok = (gpu.corr > 0) & (gpu.corr < limit)
+    gpu_key = np.where(gpu_ok, (gpu_proc << _CORR_BITS) | np.maximum(gpu.corr, 0), -3)
+    valid_keys = api_key[api_ok]
+    duplicates = len(valid_keys) - len(distinct(valid_keys))
+    if duplicates:
+        notes.append(f"{duplicates:,} CUDA API calls repeat a correlation id of their process; "
+                     "GPU work was linked to the first of them")
+    return lookup(gpu_key, api_key), notes
+
+
+def launch_columns(launches: Launches, gpu: Part, pos: I64, offset: int) -> dict[str, pa.Array]:
+    """launch_* columns plus queue_ns and wall_ns (nsys' cuda_kern_exec_trace definitions)."""
+    api = launches.part
+    ok = pos >= 0
+    at = np.maximum(pos, 0)
+    missing = ~ok
+    if api.n == 0:
+        nothing = np.zeros(gpu.n, dtype=np.int64)
+        return {"launch_event_id": pa.array(nothing, mask=np.ones(gpu.n, dtype=bool))}
+    l_start, l_end = api.start[at], api.end[at]
+    no_end = missing | (l_end == NO_TIME)
+    queue = gpu.start - l_end
+    wall = np.maximum(l_end, gpu.end) - l_start
+    return {
+        "launch_event_id": pa.array(launches.first_id + at, mask=missing),
+        "launch_name": api.cols["name"].take(pa.array(at, mask=missing)),
+        "launch_start_ns": pa.array(l_start + offset, mask=missing),
+        "launch_end_ns": pa.array(l_end + offset, mask=no_end),
+        "launch_tid": pa.array(api.gtid[at] & LOW24, mask=missing | (api.gtid[at] < 0)),
+        "queue_ns": pa.array(queue, mask=no_end | (queue < 0)),
+        "wall_ns": pa.array(wall, mask=no_end | (gpu.end == NO_TIME)),
+    }
+
+
+def launch_threads(launches: Launches, pos: I64) -> tuple[I64, I64]:
+    """(global thread id, start) of each GPU row's launching call; NONE where there is none."""
+    api = launches.part
+    if api.n == 0:
+        none = np.full(len(pos), NONE, dtype=np.int64)
+        return none, none
+    at = np.maximum(pos, 0)
+    return np.where(pos >= 0, api.gtid[at], NONE), np.where(pos >= 0, api.start[at], NONE)
