@@ -273,5 +273,101 @@ def _kernels_footer(figures: dict[str, Any], shown: int, what: str, by: str | No
         lines.append("Min, and the spread of queue, API and wall times: --format csv or json.")
     return "\n".join(lines)
 
+def _thresholds(values: tuple[str, ...]) -> Any:
+    """``--threshold NAME=VALUE`` options as a Thresholds object."""
+    from traceconv.analyses.findings import Thresholds
+
+    overrides = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        try:
+            overrides[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UsageError(None, f"--threshold {item!r} is not NAME=NUMBER", "e.g. --threshold HOST_DEVICE_COPIES=5")
+    return Thresholds().with_overrides(overrides)
+
+
+_ANALYSIS_OPTIONS = [
+    click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table",
+                 show_default=True),
+    click.option("--top", type=click.IntRange(min=0), default=8, show_default=True,
+                 help="Rows per list (operators, kernels, ranges); 0 keeps all."),
+    click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+                 help="Override a finding threshold (repeatable), e.g. HOST_DEVICE_COPIES=5; see the README."),
+    click.option("--steps", "step_pattern", metavar="REGEX", default=None,
+                 help="Regular expression for the names of step ranges.  [default: ProfilerStep#N, step_N, iterN]"),
+]
+
+
+def _analysis_options(func: F) -> F:
+    for option in reversed(_ANALYSIS_OPTIONS):
+        func = option(func)
+    return func
+
+
+def _table_width() -> int:
+    return min(shutil.get_terminal_size((100, 24)).columns, 160)
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@_analysis_options
+@handle_errors
+def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None) -> None:
+    """Where the time goes and what is wasteful: operators, kernels, copies, syncs, findings.
+
+    TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
+    file. Findings (HOST_DEVICE_COPIES, SYNC_STALLS, GPU_IDLE, QUEUE_WAIT, LOW_OCCUPANCY,
+    TINY_KERNELS) are measured on the steps when the trace marks them (ProfilerStep#N,
+    NVTX step_N), else on the whole window. JSON gives nanoseconds and bytes.
+
+    Example:
+
+        traceconv summary train.pt.trace.json.gz
+
+        traceconv summary run.nsys-rep --format json --threshold GPU_IDLE=50
+    """
+    from traceconv import render
+    from traceconv.analyses import prepare as P
+    from traceconv.analyses import summary as SM
+    from traceconv.analyses.common import load
+
+    limits = _thresholds(thresholds)
+    table = load(trace, columns=P.INPUT_COLUMNS)
+    result = SM.summarize(table, limits, top, step_pattern or P.STEP_PATTERN)
+    click.echo(render.summary_text(SM.as_dict(result, top), fmt, trace.name, _table_width()), nl=False)
+
+
+@main.command()
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@_analysis_options
+@handle_errors
+def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None) -> None:
+    """Compare two runs: step time, GPU time, operators, kernels, copies, syncs and findings.
+
+    Both are lined up per step when both mark steps (ProfilerStep#N, NVTX step_N), else
+    per profiled window. Operators and kernels that appeared or disappeared are marked.
+    JSON holds `before`, `after` (per step, keys as in `summary`) and `delta`.
+
+    Example:
+
+        traceconv diff before.pt.trace.json.gz after.pt.trace.json.gz
+
+        traceconv diff buggy.sqlite fixed.sqlite --format markdown > diff.md
+    """
+    from traceconv import render
+    from traceconv.analyses import diff as D
+    from traceconv.analyses import prepare as P
+    from traceconv.analyses.common import load
+
+    limits = _thresholds(thresholds)
+    tables = [load(path, columns=P.INPUT_COLUMNS) for path in (before, after)]
+    result = D.diff(tables[0], tables[1], limits, step_pattern or P.STEP_PATTERN)
+    click.echo(render.diff_text(D.as_dict(result, top), fmt, before.name, after.name, _table_width()), nl=False)
+
+
 if __name__ == "__main__":
     main()

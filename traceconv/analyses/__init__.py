@@ -4,6 +4,8 @@ Nothing here prints or mutates its input; the CLI formats what these return.
 """
 
 from traceconv.analyses.common import load
-from traceconv.analyses.kernels import per_launch, summary
+from traceconv.analyses.kernels import per_launch
+from traceconv.analyses.kernels import summary as kernel_summary
 
-__all__ = ["load", "per_launch", "summary"]
+# ``summary`` is the module of ``traceconv summary`` (traceconv.analyses.summary), not kernels.summary.
+__all__ = ["kernel_summary", "load", "per_launch"]

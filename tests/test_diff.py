@@ -1,0 +1,110 @@
+"""`traceconv diff` (issue 5): before/after a fix, lined up per step, on the corpus' buggy/fixed pairs."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from traceconv.analyses.common import load
+from traceconv.analyses.diff import as_dict, diff
+from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.cli import main
+
+from .conftest import FIXTURES
+from .test_summary import summary_of
+
+PT = FIXTURES / "pytorch"
+BUGGY, FIXED = PT / "train_buggy.pt.trace.json.gz", PT / "train_fixed.pt.trace.json.gz"
+NSYS_BUGGY, NSYS_FIXED = FIXTURES / "nsys" / "buggy.sqlite", FIXTURES / "nsys" / "fixed.sqlite"
+SUMMARY_KEYS = {"gpu", "bound", "top_ops", "top_kernels", "memcpy", "sync", "findings"}
+
+
+@cache
+def diff_of(before: Path, after: Path, top: int = 0) -> dict[str, Any]:
+    if before.suffix == ".sqlite":
+        pytest.importorskip("traceconv.readers.nsys", reason="the Nsight Systems reader is not in this checkout")
+    tables = [load(p, columns=INPUT_COLUMNS) for p in (before, after)]
+    return as_dict(diff(tables[0], tables[1]), top)
+
+
+@pytest.mark.parametrize("before, after", [(BUGGY, FIXED), (NSYS_BUGGY, NSYS_FIXED)], ids=["pytorch", "nsys"])
+def test_the_fix_removes_dtoh_copies_item_syncs_and_the_copy_finding(before: Path, after: Path) -> None:
+    d = diff_of(before, after)
+    b, a, delta = d["before"], d["after"], d["delta"]
+    assert d["scope"] == "steps" and d["note"] is None
+    assert b["steps"] == a["steps"] and b["label"] == a["label"]
+    assert delta["memcpy"]["DtoH"] == {
+        "count": -2.0,
+        "bytes": b["memcpy"]["DtoH"]["bytes"] * -1,
+        "dur_ns": -b["memcpy"]["DtoH"]["dur_ns"],
+        "status": "disappeared",
+    }
+    assert "DtoH" not in a["memcpy"]
+    assert (b["memcpy"]["HtoD"]["count"], a["memcpy"]["HtoD"]["count"]) == (3.0, 2.0)
+    assert (b["sync"]["count"], a["sync"]["count"]) == (5.0, 2.0)
+    assert delta["sync"]["count"] == -3.0
+    gone = [o for o in delta["sync"]["ops"] if o["status"] == "disappeared"]
+    kept = [o for o in delta["sync"]["ops"] if o["status"] == "kept"]
+    assert sum(o["before"] for o in gone) == 3.0  # the weights' .to(), .item() and .cpu()
+    assert all("data_to_gpu" in (o["name"], o["region"]) and o["count"] == 0 for o in kept)
+    assert delta["findings"]["gone"] == ["HOST_DEVICE_COPIES"] and delta["findings"]["new"] == []
+    assert a["step_ns"] < b["step_ns"] and delta["step_ns"] == a["step_ns"] - b["step_ns"]
+
+
+def test_pytorch_per_step_figures_are_the_summary_divided_by_steps() -> None:
+    d, whole = diff_of(BUGGY, FIXED), summary_of(BUGGY)
+    steps = whole["steps"]
+    assert d["before"]["memcpy"]["HtoD"]["bytes"] == steps["memcpy"]["HtoD"]["bytes"] // steps["count"]
+    assert d["before"]["step_ns"] == round(steps["window_ns"] / steps["count"])
+    assert set(d["before"]) >= SUMMARY_KEYS and set(d["delta"]) >= SUMMARY_KEYS - {"bound"}
+    by_name = {o["name"]: o for o in d["delta"]["top_ops"]}
+    # torch.rand of the weights moved from the host (aten::uniform_ on the CPU) to a GPU kernel
+    uniform = by_name["aten::uniform_"]
+    assert (
+        uniform["cpu_self_ns"] < -20_000_000 and uniform["before"]["gpu_self_ns"] == 0 < uniform["after"]["gpu_self_ns"]
+    )
+    kernels = {k["name"]: k for k in d["delta"]["top_kernels"]}
+    argmax = next(k for name, k in kernels.items() if "ArgMaxOps" in name)
+    assert argmax["status"] == "disappeared" and argmax["before"]["count"] == 1.0
+
+
+def test_a_run_against_itself_changes_nothing() -> None:
+    d = diff_of(BUGGY, BUGGY)
+    assert d["delta"]["step_ns"] == 0 and d["delta"]["gpu_time_ns"] == 0
+    assert d["delta"]["top_ops"] == [] and d["delta"]["top_kernels"] == []
+    assert d["delta"]["findings"]["gone"] == d["delta"]["findings"]["new"] == []
+    assert all(v["status"] == "kept" and v["count"] == 0 for v in d["delta"]["memcpy"].values())
+
+
+def test_without_steps_on_both_sides_whole_windows_are_compared() -> None:
+    d = diff_of(PT / "seed_linear.json", BUGGY)
+    assert d["scope"] == "window" and d["note"].startswith("only after marks steps")
+    assert d["before"]["steps"] == d["after"]["steps"] == 1
+    assert d["after"]["step_ns"] == summary_of(BUGGY)["window_ns"]
+
+
+def test_cli_json_has_before_after_delta_and_table_fits_100_columns() -> None:
+    out = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED), "--format", "json", "--top", "3"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert set(d) == {"scope", "note", "before", "after", "delta"}
+    assert len(d["before"]["top_ops"]) == 3 and len(d["delta"]["top_kernels"]) == 3
+    table = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED)])
+    lines = table.output.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert "gone: HOST_DEVICE_COPIES" in lines
+    assert any(line.startswith("DtoH") and line.endswith("disappeared") for line in lines)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_missing_input_exits_3_naming_it(tmp_path: Path, which: int) -> None:
+    args = [str(BUGGY), str(FIXED)]
+    args[which] = str(tmp_path / "gone.json")
+    result = CliRunner().invoke(main, ["diff", *args])
+    assert result.exit_code == 3
+    assert result.output == f"traceconv: error: {args[which]}: does not exist; check the path\n"

@@ -1,0 +1,346 @@
+"""`traceconv summary` (issue 5): where the time goes, what is wasteful, on real traces.
+
+train_buggy/train_fixed (PyTorch, H200) and buggy/fixed.sqlite (Nsight Systems, the same
+loop) carry the copy bottleneck of the corpus README: 16 MB of weights built on the CPU
+and copied from pageable memory every step, plus `.item()` and `.cpu()` every step. The
+fixed runs drop those; the input batch still comes from pageable memory (two copies, two
+stream syncs per step), and the summary must say so rather than report nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from traceconv.analyses import intervals as I
+from traceconv.analyses.common import load
+from traceconv.analyses.findings import CODES, Thresholds
+from traceconv.analyses.prepare import INPUT_COLUMNS, prepare
+from traceconv.analyses.summary import as_dict, summarize
+from traceconv.cli import main
+
+from .conftest import FIXTURES
+from .kineto_truth import load as load_json
+from .kineto_truth import to_ns
+
+PT = FIXTURES / "pytorch"
+BUGGY, FIXED = PT / "train_buggy.pt.trace.json.gz", PT / "train_fixed.pt.trace.json.gz"
+NSYS_BUGGY, NSYS_FIXED = FIXTURES / "nsys" / "buggy.sqlite", FIXTURES / "nsys" / "fixed.sqlite"
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+
+
+@cache
+def summary_of(path: Path, top: int = 0) -> dict[str, Any]:
+    return as_dict(summarize(load(path, columns=INPUT_COLUMNS), top=top), top)
+
+
+def nsys(path: Path) -> dict[str, Any]:
+    pytest.importorskip("traceconv.readers.nsys", reason="the Nsight Systems reader is not in this checkout")
+    return summary_of(path)
+
+
+def codes(d: dict[str, Any]) -> list[str]:
+    return [f["code"] for f in d["findings"]]
+
+
+# -- the story of the corpus: buggy vs fixed ------------------------------------------------------
+@pytest.mark.parametrize("get, path", [(summary_of, BUGGY), (nsys, NSYS_BUGGY)], ids=["pytorch", "nsys"])
+def test_buggy_run_reports_copies_and_sync_stalls(get: Any, path: Path) -> None:
+    d = get(path)
+    assert d["findings_scope"] == "steps"
+    found = {f["code"]: f for f in d["findings"]}
+    assert {"HOST_DEVICE_COPIES", "SYNC_STALLS"} <= set(found)
+    # 3 pageable HtoD per step (x, y and the 16 MB weights) + the .cpu() DtoH and the .item() copy
+    st = d["steps"]
+    assert st["memcpy"]["HtoD"]["count"] == 3 * st["count"]
+    assert st["memcpy"]["DtoH"]["count"] == 2 * st["count"]
+    assert st["memcpy"]["HtoD"]["bytes"] == st["count"] * (2 * 32 * 128 * 8 + 32 * 128 * 1024 * 4)
+    # one sync per pageable .to(), one for .cpu(), one for .item(): 5 per step
+    assert found["SYNC_STALLS"]["value"] == 5.0
+    assert st["sync"]["count"] == 5 * st["count"]
+    copies = found["HOST_DEVICE_COPIES"]
+    htod, dtoh = st["memcpy"]["HtoD"], st["memcpy"]["DtoH"]
+    gpu_in_steps = sum(v["dur_ns"] for v in st["memcpy"].values())  # copies only: a lower bound of GPU time
+    assert copies["value"] == pytest.approx(
+        (htod["dur_ns"] + dtoh["dur_ns"]) * 100 / _gpu_time_in_steps(path), abs=0.01
+    )
+    assert gpu_in_steps < _gpu_time_in_steps(path)
+    assert "forward" in copies["message"] and "pin" in copies["message"]
+
+
+def test_pytorch_buggy_names_the_operators_behind_copies_and_syncs() -> None:
+    d = summary_of(BUGGY)
+    htod = d["steps"]["memcpy"]["HtoD"]
+    assert htod["pageable_count"] == htod["count"] and htod["pinned_count"] == 0
+    assert htod["ops"][0] == {
+        "name": "aten::copy_",
+        "region": "forward",
+        "count": 3,
+        "dur_ns": htod["ops"][0]["dur_ns"],
+        "bytes": 3 * 32 * 128 * 1024 * 4,
+    }
+    causes = {(o["name"], o["region"]): o["count"] for o in d["steps"]["sync"]["ops"]}
+    assert causes == {
+        ("aten::copy_", "forward"): 3,
+        ("aten::copy_", "data_to_gpu"): 6,
+        ("aten::_local_scalar_dense", None): 3,
+        ("aten::copy_", None): 3,
+    }
+    assert "_local_scalar_dense = .item()" in next(f["message"] for f in d["findings"] if f["code"] == "SYNC_STALLS")
+    # the CPU bottleneck of the buggy loop: torch.rand of 4M floats on the host, every step
+    assert d["top_cpu_ops"][0]["name"] == "aten::uniform_"
+    assert "aten::uniform_" in next(f["message"] for f in d["findings"] if f["code"] == "GPU_IDLE")
+
+
+@pytest.mark.parametrize("get, path", [(summary_of, FIXED), (nsys, NSYS_FIXED)], ids=["pytorch", "nsys"])
+def test_fixed_run_has_no_dtoh_copies_or_item_syncs_in_its_steps(get: Any, path: Path) -> None:
+    d = get(path)
+    st = d["steps"]
+    assert "DtoH" not in st["memcpy"]
+    assert "HOST_DEVICE_COPIES" not in codes(d)
+    # what is left: the input batch (x, y) copied from pageable memory, one sync each
+    assert st["memcpy"]["HtoD"]["count"] == 2 * st["count"]
+    assert st["sync"]["count"] == 2 * st["count"]
+    assert all(o["region"] == "data_to_gpu" or o["name"] == "data_to_gpu" for o in st["sync"]["ops"])
+    stalls = next(f for f in d["findings"] if f["code"] == "SYNC_STALLS")
+    assert stalls["value"] == 2.0 and stalls["severity"] == "medium"
+
+
+def test_fixed_nsys_run_keeps_the_dtoh_copies_outside_its_steps() -> None:
+    """The streams section after the loop copies 3 x 64 MB to pinned memory in both runs: shown, not judged."""
+    d = nsys(NSYS_FIXED)
+    assert d["memcpy"]["DtoH"]["count"] == 3 and d["memcpy"]["DtoH"]["pinned_count"] == 3
+    assert d["memcpy"]["DtoH"]["bytes"] == 3 * 4096 * 4096 * 4
+
+
+# -- independent computations from the raw JSON -----------------------------------------------------
+def _gpu_time_in_steps(path: Path) -> int:
+    if path.suffix == ".sqlite":
+        frames = prepare(load(path, columns=INPUT_COLUMNS))
+        gpu = frames.gpu
+        inside = I.inside(gpu["anchor_ns"].to_numpy(np.int64), frames.steps.start_ns, frames.steps.end_ns)
+        return int(gpu["dur_ns"].to_numpy(np.int64)[inside].sum())
+    doc = load_json(path)
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    steps = [
+        (to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"]))
+        for e in events
+        if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")
+    ]
+    launch = {
+        e["args"]["correlation"]: to_ns(e["ts"])
+        for e in events
+        if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})
+    }
+    total = 0
+    for e in events:
+        if e.get("cat") in GPU_CATS:
+            t = launch.get(e["args"].get("correlation"), to_ns(e["ts"]))
+            total += to_ns(e["dur"]) if any(s <= t <= x for s, x in steps) else 0
+    return total
+
+
+def _json_op_gpu_times(path: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Self and total GPU time per cpu_op name, straight from the JSON: launch -> innermost enclosing op."""
+    events = [e for e in load_json(path)["traceEvents"] if e.get("ph") == "X"]
+    ops_by_tid: dict[Any, list[tuple[int, int, str]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            start = to_ns(e["ts"])
+            ops_by_tid[e["tid"]].append((start, start + to_ns(e["dur"]), e["name"]))
+    for ops in ops_by_tid.values():
+        ops.sort(key=lambda o: (o[0], -o[1]))
+    launches = {
+        e["args"]["correlation"]: (e["tid"], to_ns(e["ts"]))
+        for e in events
+        if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})
+    }
+    self_ns: dict[str, int] = defaultdict(int)
+    total_ns: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") not in GPU_CATS or e["args"].get("correlation") not in launches:
+            continue
+        tid, t = launches[e["args"]["correlation"]]
+        ops = ops_by_tid.get(tid, [])
+        upto = bisect.bisect_right(ops, (t, float("inf"), ""))
+        enclosing = [o for o in ops[:upto] if o[0] <= t <= o[1]]
+        if not enclosing:
+            continue
+        self_ns[enclosing[-1][2]] += to_ns(e["dur"])
+        for name in {o[2] for o in enclosing}:
+            total_ns[name] += to_ns(e["dur"]) * sum(1 for o in enclosing if o[2] == name)
+    return self_ns, total_ns
+
+
+def test_top_operator_gpu_times_match_an_independent_reading_of_the_json() -> None:
+    self_ns, total_ns = _json_op_gpu_times(BUGGY)
+    top = summary_of(BUGGY)["top_ops"]
+    checked = [o for o in top if o["name"] in self_ns][:10]
+    assert [o["name"] for o in checked][:3] == ["aten::mm", "aten::addmm", "aten::copy_"]
+    for o in checked:
+        assert o["gpu_self_ns"] == self_ns[o["name"]], o["name"]
+        assert o["gpu_total_ns"] == total_ns[o["name"]], o["name"]
+    linear = next(o for o in top if o["name"] == "aten::linear")
+    assert linear["gpu_self_ns"] == 0 and linear["gpu_total_ns"] == total_ns["aten::linear"] > 0
+
+
+def test_gpu_busy_is_the_union_of_overlapping_streams() -> None:
+    """streams_memcpy.json runs copies and kernels on two streams at once: busy < summed durations."""
+    path = PT / "streams_memcpy.json"
+    events = [e for e in load_json(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    spans = sorted((to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])) for e in events)
+    busy, end = 0, None
+    for s, e in spans:  # the plain sweep, one interval at a time
+        if end is None or s > end:
+            busy, end = busy + (e - s), e
+        elif e > end:
+            busy, end = busy + (e - end), e
+    d = summary_of(path)
+    assert d["gpu"]["0"]["busy_ns"] == busy < sum(e - s for s, e in spans)
+    assert d["gpu"]["0"]["busy_ns"] + d["gpu"]["0"]["idle_ns"] == d["gpu"]["0"]["window_ns"] == d["window_ns"]
+
+
+def test_nesting_matches_a_brute_force_innermost_search() -> None:
+    frames = prepare(load(BUGGY, columns=INPUT_COLUMNS))
+    r = frames.ranges
+    tid = r["tid"].value_counts().index[0]
+    on = r[r["tid"] == tid]
+    start, end = on["start_ns"].to_numpy(np.int64), on["end_ns"].to_numpy(np.int64)
+    order = np.lexsort((-end, start))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    pos = {idx: k for k, idx in enumerate(on.index)}
+    for k in range(0, len(on), 7):  # a sample: O(n) each
+        encl = (start <= start[k]) & (end >= end[k]) & (rank < rank[k]) & (end > start[k])
+        want = np.flatnonzero(encl)
+        expect = want[np.argmax(rank[want])] if len(want) else -1
+        got = on["parent"].iloc[k]
+        assert (pos[got] if got >= 0 else -1) == expect
+
+
+# -- the JSON contract, thresholds, exit codes, width -------------------------------------------
+def test_json_keys_are_the_documented_ones() -> None:
+    result = CliRunner().invoke(main, ["summary", str(BUGGY), "--format", "json", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.output)
+    assert all(set(f) >= {"code", "severity", "message", "value"} and f["code"] in CODES for f in d["findings"])
+    assert all(set(v) >= {"count", "bytes", "dur_ns"} for v in d["memcpy"].values())
+    assert set(d["memcpy"]) == {"HtoD", "DtoH", "DtoD"}
+    assert set(d["sync"]) >= {"count", "dur_ns"} and d["sync"]["count"] == 16
+    assert d["gpu"] == {
+        "0": {
+            "busy_ns": d["gpu"]["0"]["busy_ns"],
+            "idle_ns": d["gpu"]["0"]["idle_ns"],
+            "window_ns": d["gpu"]["0"]["window_ns"],
+        }
+    }
+    for key in ("top_ops", "top_kernels"):
+        assert len(d[key]) == 3 and all("name" in o and any(k.endswith("_ns") for k in o) for o in d[key])
+    assert all(isinstance(v, int) for o in d["top_ops"] for k, v in o.items() if k.endswith("_ns"))
+
+
+def test_threshold_overrides_change_what_is_reported() -> None:
+    base = CliRunner().invoke(main, ["summary", str(BUGGY), "--format", "json"])
+    raised = CliRunner().invoke(
+        main,
+        [
+            "summary",
+            str(BUGGY),
+            "--format",
+            "json",
+            "--threshold",
+            "HOST_DEVICE_COPIES=20",
+            "--threshold",
+            "gpu_idle=75",
+        ],
+    )
+    assert {"HOST_DEVICE_COPIES", "GPU_IDLE"} <= set(codes(json.loads(base.output)))
+    assert codes(json.loads(raised.output)) == ["SYNC_STALLS"]
+    assert json.loads(raised.output)["thresholds"]["GPU_IDLE"] == 75.0
+    assert Thresholds().with_overrides({"sync_stalls": 6}).SYNC_STALLS == 6.0
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("NOPE=1", "unknown threshold 'NOPE'; choose from HOST_DEVICE_COPIES"),
+        ("GPU_IDLE", "--threshold 'GPU_IDLE' is not NAME=NUMBER; e.g. --threshold HOST_DEVICE_COPIES=5"),
+    ],
+)
+def test_bad_threshold_is_a_usage_error(arg: str, message: str) -> None:
+    result = CliRunner().invoke(main, ["summary", str(BUGGY), "--threshold", arg])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"traceconv: error: {message}")
+
+
+def test_missing_file_exits_3_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    result = CliRunner().invoke(main, ["summary", str(missing)])
+    assert result.exit_code == 3
+    assert result.output == f"traceconv: error: {missing}: does not exist; check the path\n"
+
+
+def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
+    table = CliRunner().invoke(main, ["summary", str(BUGGY)])
+    assert table.exit_code == 0
+    lines = table.output.splitlines()
+    assert max(map(len, lines)) <= 100 and len(lines) < 70
+    assert any(line.startswith("HIGH SYNC_STALLS:") for line in lines)
+    md = CliRunner().invoke(main, ["summary", str(BUGGY), "--format", "markdown"])
+    assert md.output.startswith("# train_buggy.pt.trace.json.gz (pytorch)")
+    assert "| GPU self ms | GPU total ms |" in md.output
+
+
+def test_a_trace_without_gpu_work_has_no_gpu_findings() -> None:
+    """HTA's 2-event trace (edge case from the corpus): no kernels, no steps, no crash."""
+    path = PT / (
+        "facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_rank-70"
+        ".Mar_25_20_48_12.2861.pt.trace.json.gz"
+    )
+    d = summary_of(path)
+    assert d["steps"] is None and d["memcpy"] == {} and d["sync"]["count"] == 0
+    assert not {"HOST_DEVICE_COPIES", "SYNC_STALLS", "TINY_KERNELS", "QUEUE_WAIT"} & set(codes(d))
+
+
+# -- torch.profiler's own numbers (CPU build of torch) -------------------------------------------
+@pytest.mark.torch
+def test_cpu_times_and_calls_match_torch_key_averages(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(4):
+            with record_function("train_step_part"):
+                model(torch.randn(32, 256)).sum().backward()
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    ops = {o["name"]: o for o in summary_of(path)["top_ops"]}
+    averages = {e.key: e for e in prof.key_averages()}
+    compared = 0
+    for name, ev in averages.items():
+        if name not in ops or ev.count == 0:
+            continue
+        o = ops[name]
+        assert o["calls"] == ev.count, name
+        assert o["cpu_total_ns"] / 1e3 == pytest.approx(ev.cpu_time_total, abs=1.0 * ev.count), name
+        assert o["cpu_self_ns"] / 1e3 == pytest.approx(ev.self_cpu_time_total, abs=1.0 * ev.count), name
+        compared += 1
+    assert compared >= 10 and {"aten::addmm", "train_step_part"} <= set(ops)
+    shapes = {
+        json.dumps(e.input_shapes).replace(" ", "")
+        for e in prof.key_averages(group_by_input_shape=True)
+        if e.key == "aten::linear"
+    }
+    assert ops["aten::linear"]["shapes"] == len(shapes) == 2
+    assert ops["aten::linear"]["input_dims"] in shapes

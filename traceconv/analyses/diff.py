@@ -1,0 +1,216 @@
+"""``traceconv diff``: two runs lined up, per step where both mark steps, else per profiled window.
+
+Each side is measured like ``summary`` on its steps (or whole window), then divided by its
+step count, so that runs with different numbers of steps compare. The JSON form has
+``before`` and ``after`` (the keys of ``summary``, per step) and ``delta`` (after minus
+before, with the operators, kernels and copy directions that appeared or disappeared).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from traceconv.analyses.findings import DEFAULTS, Finding, Thresholds, evaluate
+from traceconv.analyses.prepare import STEP_PATTERN, prepare
+from traceconv.analyses.stats import Scope, ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.summary import DEFAULT_TOP
+
+_OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
+_KERNEL_MEASURES = ("count", "dur_ns", "queue_ns")
+_COPY_MEASURES = ("count", "bytes", "dur_ns")
+
+
+@dataclass(frozen=True)
+class Side:
+    stats: ScopeStats
+    findings: list[Finding]
+
+    @property
+    def steps(self) -> int:
+        return self.stats.scope.steps
+
+
+@dataclass(frozen=True)
+class Diff:
+    scope: str  # "steps" or "window"
+    note: str | None
+    before: Side
+    after: Side
+
+
+def diff(
+    before: pa.Table, after: pa.Table, thresholds: Thresholds = DEFAULTS, step_pattern: str = STEP_PATTERN
+) -> Diff:
+    """Compare two unified tables (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``)."""
+    frames = [prepare(before, step_pattern), prepare(after, step_pattern)]
+    steps = [step_scope(f) for f in frames]
+    note = None
+    scopes: list[Scope | None] = list(steps)
+    if steps[0] is None or steps[1] is None:
+        marked = [name for name, s in zip(("before", "after"), steps, strict=True) if s is not None]
+        note = (
+            f"only {marked[0]} marks steps" if marked else "neither run marks steps"
+        ) + "; comparing the whole profiled windows, not normalised"
+        scopes = [window_scope(f) for f in frames]
+    sides = []
+    for f, scope in zip(frames, scopes, strict=True):
+        assert scope is not None
+        stats = measure(f, scope, thresholds.gpu_bound_pct)
+        sides.append(Side(stats, evaluate(stats, thresholds)))
+    return Diff("steps" if note is None else "window", note, sides[0], sides[1])
+
+
+def as_dict(d: Diff, top: int = DEFAULT_TOP) -> dict[str, Any]:
+    b, a = side_dict(d.before, top), side_dict(d.after, top)
+    return {"scope": d.scope, "note": d.note, "before": b, "after": a, "delta": delta(d, b, a, top)}
+
+
+def side_dict(side: Side, top: int) -> dict[str, Any]:
+    """One run per step: the keys of ``summary`` for the scope, every figure divided by its steps."""
+    s, n = side.stats, side.steps
+    return {
+        "steps": n,
+        "label": s.scope.label,
+        "step_ns": _per(s.scope.window_ns, n),
+        "gpu_time_ns": _per(s.gpu_time_ns, n),
+        "gpu": {dev: {k: _per(v, n) for k, v in d.items()} for dev, d in s.gpu.items()},
+        "bound": s.bound,
+        "top_ops": _per_rows(s.ops, ("name", *_OP_MEASURES), n, top),
+        "top_kernels": _per_rows(s.kernels, ("name", *_KERNEL_MEASURES), n, top),
+        "memcpy": {k: {m: _per(v[m], n, count=m == "count") for m in _COPY_MEASURES} for k, v in s.memcpy.items()},
+        "sync": {
+            "count": _per(s.sync["count"], n, count=True),
+            "dur_ns": _per(s.sync["dur_ns"], n),
+            "ops": [
+                {**o, "count": _per(o["count"], n, count=True), "dur_ns": _per(o["dur_ns"], n)} for o in s.sync["ops"]
+            ],
+        },
+        "findings": [f.as_dict() for f in side.findings],
+    }
+
+
+def delta(d: Diff, b: dict[str, Any], a: dict[str, Any], top: int) -> dict[str, Any]:
+    nb, na = d.before.steps, d.after.steps
+    return {
+        "step_ns": a["step_ns"] - b["step_ns"],
+        "gpu_time_ns": a["gpu_time_ns"] - b["gpu_time_ns"],
+        "gpu": _dict_delta(b["gpu"], a["gpu"], ("busy_ns", "idle_ns", "window_ns")),
+        "top_ops": _table_delta(
+            d.before.stats.ops, d.after.stats.ops, _OP_MEASURES, nb, na, top, ("gpu_self_ns", "cpu_self_ns")
+        ),
+        "top_kernels": _table_delta(
+            d.before.stats.kernels, d.after.stats.kernels, _KERNEL_MEASURES, nb, na, top, ("dur_ns",)
+        ),
+        "memcpy": _dict_delta(b["memcpy"], a["memcpy"], _COPY_MEASURES),
+        "sync": {
+            "count": round(a["sync"]["count"] - b["sync"]["count"], 2),
+            "dur_ns": a["sync"]["dur_ns"] - b["sync"]["dur_ns"],
+            "ops": _sync_ops_delta(b["sync"]["ops"], a["sync"]["ops"]),
+        },
+        "findings": _findings_delta(d.before.findings, d.after.findings),
+    }
+
+
+def _status(before: float, after: float) -> str:
+    if not before and after:
+        return "appeared"
+    if before and not after:
+        return "disappeared"
+    return "kept"
+
+
+def _table_delta(
+    before: pd.DataFrame,
+    after: pd.DataFrame,
+    measures: tuple[str, ...],
+    nb: int,
+    na: int,
+    top: int,
+    rank: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """Per name, after minus before (per step), biggest change first; names on one side only included."""
+    cols = list(measures)
+    b = before.set_index("name")[cols].astype("float64") / nb
+    a = after.set_index("name")[cols].astype("float64") / na
+    b, a = b.groupby(level=0).sum(), a.groupby(level=0).sum()
+    both = pd.merge(b, a, how="outer", left_index=True, right_index=True, suffixes=("_b", "_a")).fillna(0.0)
+    size = sum((both[f"{m}_a"] - both[f"{m}_b"]).abs() for m in rank)
+    both = both.assign(_size=size).sort_values(["_size"], ascending=False, kind="stable")
+    both = both[both["_size"] > 0]
+    out = []
+    count_col = measures[0]
+    for name, r in (both.head(top) if top else both).iterrows():
+        item: dict[str, Any] = {"name": str(name), "status": _status(r[f"{count_col}_b"], r[f"{count_col}_a"])}
+        for m in measures:
+            item[m] = _num(m, r[f"{m}_a"] - r[f"{m}_b"])
+        item["before"] = {m: _num(m, r[f"{m}_b"]) for m in (count_col, rank[0])}
+        item["after"] = {m: _num(m, r[f"{m}_a"]) for m in (count_col, rank[0])}
+        out.append(item)
+    return out
+
+
+def _dict_delta(
+    b: dict[str, dict[str, Any]], a: dict[str, dict[str, Any]], measures: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key in sorted(set(b) | set(a)):
+        x, y = b.get(key, {}), a.get(key, {})
+        item: dict[str, Any] = {m: _num(m, y.get(m, 0) - x.get(m, 0)) for m in measures}
+        item["status"] = _status(x.get(measures[0], 0), y.get(measures[0], 0))
+        out[key] = item
+    return out
+
+
+def _sync_ops_delta(b: list[dict[str, Any]], a: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def key(o: dict[str, Any]) -> tuple[str, str]:
+        return o["name"], o.get("region") or ""
+
+    bi, ai = {key(o): o for o in b}, {key(o): o for o in a}
+    out = []
+    for k in sorted(set(bi) | set(ai)):
+        x, y = bi.get(k, {"count": 0, "dur_ns": 0}), ai.get(k, {"count": 0, "dur_ns": 0})
+        out.append(
+            {
+                "name": k[0],
+                "region": k[1] or None,
+                "status": _status(x["count"], y["count"]),
+                "count": round(y["count"] - x["count"], 2),
+                "dur_ns": y["dur_ns"] - x["dur_ns"],
+                "before": x["count"],
+                "after": y["count"],
+            }
+        )
+    return sorted(out, key=lambda o: -abs(o["count"]))
+
+
+def _findings_delta(b: list[Finding], a: list[Finding]) -> dict[str, Any]:
+    bc, ac = {f.code: f for f in b}, {f.code: f for f in a}
+    return {
+        "gone": [c for c in bc if c not in ac],
+        "new": [c for c in ac if c not in bc],
+        "kept": [
+            {"code": c, "before": bc[c].value, "after": ac[c].value, "severity": [bc[c].severity, ac[c].severity]}
+            for c in bc
+            if c in ac
+        ],
+    }
+
+
+def _per(value: float, n: int, count: bool = False) -> Any:
+    return round(value / n, 2) if count else round(value / n)
+
+
+def _num(measure: str, v: float) -> Any:
+    return round(v) if measure.endswith("_ns") or measure == "bytes" else round(float(v), 2)
+
+
+def _per_rows(df: pd.DataFrame, columns: tuple[str, ...], n: int, top: int) -> list[dict[str, Any]]:
+    part = df.head(top) if top else df
+    return [
+        {c: (str(v) if c == "name" else _num(c, float(v) / n)) for c, v in zip(columns, row, strict=True)}
+        for row in part.loc[:, list(columns)].itertuples(index=False)
+    ]

@@ -1,0 +1,261 @@
+"""Findings: concrete problems with a stable code, the evidence in numbers, and the fix to try.
+
+Each code has one measured ``value`` and one threshold, a field of :class:`Thresholds`
+with the same name. A finding is reported when the value reaches its threshold (for
+``LOW_OCCUPANCY``: falls below it). Severity is how far past the threshold it is: three
+times or more ``high``, one and a half ``medium``, else ``low``. Findings are measured on
+the steps when the trace marks them, else on the whole profiled window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from traceconv.analyses.stats import ScopeStats
+from traceconv.errors import UsageError
+
+CODES = ("HOST_DEVICE_COPIES", "SYNC_STALLS", "GPU_IDLE", "QUEUE_WAIT", "LOW_OCCUPANCY", "TINY_KERNELS")
+SEVERITIES = ("high", "medium", "low")
+HOST_DEVICE = ("HtoD", "DtoH")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When each finding is reported (``--threshold NAME=VALUE`` on the command line)."""
+
+    HOST_DEVICE_COPIES: float = 5.0  # % of GPU time spent in HtoD + DtoH copies
+    SYNC_STALLS: float = 1.0  # host-blocking syncs per step (without steps: syncs followed by more GPU work)
+    GPU_IDLE: float = 30.0  # % of the time the GPUs sit idle
+    QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
+    LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
+    TINY_KERNELS: float = 50.0  # % of launched kernels that run shorter than their own launch call
+    gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound" instead of "cpu-bound"
+    min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
+
+    def with_overrides(self, overrides: Mapping[str, float]) -> Thresholds:
+        """A copy with ``overrides`` applied; names match fields case-insensitively."""
+        fields = {f.name.lower(): f.name for f in dataclasses.fields(self)}
+        changes = {}
+        for name, value in overrides.items():
+            field = fields.get(name.lower())
+            if field is None:
+                raise UsageError(None, f"unknown threshold {name!r}", f"choose from {', '.join(fields.values())}")
+            changes[field] = float(value)
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str
+    message: str
+    value: float
+    threshold: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# What a user would recognise behind the operator that issued a copy or a sync.
+OP_HINTS = {
+    "aten::_local_scalar_dense": "_local_scalar_dense = .item()",
+    "aten::copy_": "copy_ = .to()/.cpu()/copy_",
+    "aten::nonzero": "nonzero = nonzero()/mask indexing",
+    "cudaDeviceSynchronize": "cudaDeviceSynchronize = torch.cuda.synchronize()",
+}
+
+
+DEFAULTS = Thresholds()
+
+
+def evaluate(stats: ScopeStats, thresholds: Thresholds = DEFAULTS) -> list[Finding]:
+    """The findings of one scope, most severe first."""
+    out = [f for check in _CHECKS if (f := check(stats, thresholds)) is not None]
+    return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), -_ratio(f)))
+
+
+def _severity(value: float, threshold: float, below: bool = False) -> str:
+    ratio = (threshold / value if value else float("inf")) if below else (value / threshold if threshold else 0.0)
+    return "high" if ratio >= 3 else "medium" if ratio >= 1.5 else "low"
+
+
+def _ratio(f: Finding) -> float:
+    if f.code == "LOW_OCCUPANCY":
+        return f.threshold / f.value if f.value else float("inf")
+    return f.value / f.threshold if f.threshold else 0.0
+
+
+def _make(code: str, value: float, threshold: float, message: str, below: bool = False) -> Finding:
+    return Finding(code, _severity(value, threshold, below), message, round(value, 2), threshold)
+
+
+def _where(stats: ScopeStats) -> str:
+    s = stats.scope
+    return f"in {s.steps} steps" if s.name == "steps" else "in the profiled window"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.1f} µs"
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _op(item: Mapping[str, Any]) -> str:
+    return str(item["name"]) + (f" in {item['region']}" if item.get("region") else "")
+
+
+def _causes(items: list[dict[str, Any]], calls: list[dict[str, Any]] = ()) -> str:  # type: ignore[assignment]
+    parts = "; ".join(f"{_op(o)} x{o['count']}" for o in items)
+    hints = dict.fromkeys(h for o in [*items, *calls] if (h := OP_HINTS.get(o["name"])))
+    return parts + (f" ({'; '.join(hints)})" if hints else "")
+
+
+def host_device_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    parts = [stats.memcpy[k] for k in HOST_DEVICE if k in stats.memcpy]
+    dur = sum(p["dur_ns"] for p in parts)
+    if not stats.gpu_time_ns or not parts:
+        return None
+    value = dur * 100.0 / stats.gpu_time_ns
+    if value < t.HOST_DEVICE_COPIES:
+        return None
+    count, size = sum(p["count"] for p in parts), sum(p["bytes"] for p in parts)
+    pageable = sum(p["pageable_count"] for p in parts)
+    ops = sorted((o for p in parts for o in p["ops"]), key=lambda o: -o["dur_ns"])
+    top = f"; {ops[0]['dur_ns'] * 100 / dur:.0f}% from {_causes(ops[:1])}" if ops and dur else ""
+    fix = (
+        "create such tensors on the GPU (torch.rand(..., device='cuda')) instead of copying them each step; "
+        "pin host data (pin_memory=True) and copy with non_blocking=True"
+    )
+    msg = (
+        f"{'+'.join(k for k in HOST_DEVICE if k in stats.memcpy)} copies take {value:.1f}% of GPU time "
+        f"{_where(stats)}: {_ms(dur)}, {_mb(size)} in {count} copies ({pageable} pageable){top}. Fix: {fix}"
+    )
+    return _make("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg)
+
+
+def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    sync, scope = stats.sync, stats.scope
+    per_step = scope.name == "steps"
+    value = sync["count"] / scope.steps if per_step else float(sync["stalls"])
+    if value < t.SYNC_STALLS or not sync["count"]:
+        return None
+    calls = ", ".join(f"{c['name']} x{c['count']}" for c in sync["calls"][:3])
+    causes = _causes(sync["ops"][:4], sync["calls"][:3])
+    head = (
+        f"{value:.1f} host syncs per step ({calls} in {scope.steps} steps, "
+        f"{_us(sync['dur_ns'] / scope.steps)} blocked per step)"
+        if per_step
+        else f"{sync['stalls']} host syncs followed by more GPU work in the profiled window "
+        f"({calls}, {_us(sync['dur_ns'])} blocked)"
+    )
+    msg = (
+        f"{head}, from {causes}. Each drains the GPU queue. Fix: keep values on the GPU "
+        "(no .item()/.cpu()/print in the step); copy from pinned memory with non_blocking=True"
+    )
+    return _make("SYNC_STALLS", value, t.SYNC_STALLS, msg)
+
+
+def gpu_idle(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    window = sum(d["window_ns"] for d in stats.gpu.values())
+    if not window:
+        return None
+    busy = sum(d["busy_ns"] for d in stats.gpu.values())
+    value = (window - busy) * 100.0 / window
+    if value < t.GPU_IDLE:
+        return None
+    ops = stats.ops
+    host = ops[ops["kind"] == "cpu_op"] if (ops["kind"] == "cpu_op").any() else ops[ops["name"] != stats.scope.label]
+    cpu = host.sort_values("cpu_self_ns", ascending=False).head(3)
+    top = ", ".join(f"{r.name} {_ms(r.cpu_self_ns)} x{r.calls}" for r in cpu.itertuples()) or "not recorded"
+    in_api = stats.bound.get("idle_in_api_pct")
+    api = f", host inside CUDA calls for {in_api:.0f}% of the idle time" if in_api is not None else ""
+    msg = (
+        f"GPU idle {value:.0f}% of the time {_where(stats)} (busy {_ms(busy)} of {_ms(window)}): CPU-bound"
+        f"{api}; top host time (self): {top}. Fix: move that work to the GPU or off the critical path "
+        "(DataLoader workers); cut launches (torch.compile, CUDA graphs)"
+    )
+    return _make("GPU_IDLE", value, t.GPU_IDLE, msg)
+
+
+def queue_wait(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    f = stats.launch
+    if f["queue_median_ns"] is None or f["kernels"] < t.min_kernels:
+        return None
+    value = f["queue_median_ns"] / 1e3
+    if value < t.QUEUE_WAIT:
+        return None
+    top = stats.kernels.iloc[0] if len(stats.kernels) else None
+    longest = (
+        f"; the longest kernel: {_short(top)} ({_ms(top['dur_ns'])}, {top['time_pct']:.0f}%)" if top is not None else ""
+    )
+    msg = (
+        f"kernels wait a median {_us(f['queue_median_ns'])} between their launch call and their start "
+        f"({f['queued']} queued): the host runs ahead and the GPU is the bottleneck{longest}. Fix: make the GPU work "
+        "cheaper (mixed precision, fused kernels via torch.compile); for latency, this wait adds to every result"
+    )
+    return _make("QUEUE_WAIT", value, t.QUEUE_WAIT, msg)
+
+
+def low_occupancy(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    f = stats.launch
+    if f["occupancy_pct"] is None or f["occupancy_kernels"] < t.min_kernels:
+        return None
+    value = f["occupancy_pct"]
+    if value >= t.LOW_OCCUPANCY:
+        return None
+    low = stats.kernels[stats.kernels["occupancy_pct"] < t.LOW_OCCUPANCY].head(2)
+    names = ", ".join(f"{_short(r)} {r['occupancy_pct']:.0f}% ({_ms(r['dur_ns'])})" for _, r in low.iterrows())
+    msg = (
+        f"kernels run at {value:.0f}% estimated achieved occupancy (time-weighted over {f['occupancy_kernels']} "
+        f"kernels); the longest below {t.LOW_OCCUPANCY:.0f}%: {names}. Fix: small grids or heavy register/shared "
+        "memory use leave SMs idle: larger batches, fused kernels, or tuned launch bounds fill the GPU"
+    )
+    return _make("LOW_OCCUPANCY", value, t.LOW_OCCUPANCY, msg, below=True)
+
+
+def tiny_kernels(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    f = stats.launch
+    if f["launched"] < t.min_kernels:
+        return None
+    value = f["shorter_than_launch"] * 100.0 / f["launched"]
+    if value < t.TINY_KERNELS:
+        return None
+    names = ", ".join(f"{_trim(n)} x{c}" for n, c in f["tiny_names"].items())
+    msg = (
+        f"{value:.0f}% of kernels ({f['shorter_than_launch']} of {f['launched']}) run shorter than their own "
+        f"launch call (median {_us(f['tiny_median_ns'] or 0)} vs {_us(f['launch_median_ns'] or 0)} to launch): "
+        f"launch overhead dominates; most frequent: {names}. Fix: fuse them (torch.compile) or replay the step as a "
+        "CUDA graph"
+    )
+    return _make("TINY_KERNELS", value, t.TINY_KERNELS, msg)
+
+
+def _short(row: Any) -> str:
+    short = row["short_name"] if "short_name" in row and isinstance(row["short_name"], str) else None
+    return _trim(short or str(row["name"]))
+
+
+def _trim(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+_CHECKS: tuple[Callable[[ScopeStats, Thresholds], Finding | None], ...] = (
+    host_device_copies,
+    sync_stalls,
+    gpu_idle,
+    queue_wait,
+    low_occupancy,
+    tiny_kernels,
+)

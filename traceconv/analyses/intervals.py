@@ -1,0 +1,124 @@
+"""Vectorised interval arithmetic: unions, overlaps, windows, and the nesting of ranges on a thread.
+
+Times are int64 nanoseconds. Every function works on whole arrays; loops run over nesting
+levels or groups, never over rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+
+def union(start: I64, end: I64) -> tuple[I64, I64]:
+    """The union of ``[start, end)`` intervals as sorted, disjoint segments (touching ones merge)."""
+    if len(start) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum(end[order], start[order])
+    reach = np.maximum.accumulate(e)
+    first = np.r_[True, s[1:] > reach[:-1]]
+    heads = np.flatnonzero(first)
+    seg_end = reach[np.r_[heads[1:] - 1, len(s) - 1]]
+    return s[heads], seg_end
+
+
+def length(start: I64, end: I64) -> int:
+    """Total time covered by the union of the intervals."""
+    s, e = union(start, end)
+    return int((e - s).sum())
+
+
+def overlap(a: tuple[I64, I64], b: tuple[I64, I64]) -> int:
+    """Time covered by both unions: |A| + |B| - |A u B|."""
+    both = (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+    return length(*a) + length(*b) - length(*both)
+
+
+def overlap3(a: tuple[I64, I64], b: tuple[I64, I64], c: tuple[I64, I64]) -> int:
+    """Time covered by all three unions (inclusion-exclusion)."""
+    abc = (np.concatenate([a[0], b[0], c[0]]), np.concatenate([a[1], b[1], c[1]]))
+    singles = length(*a) + length(*b) + length(*c)
+    return length(*abc) - singles + overlap(a, b) + overlap(a, c) + overlap(b, c)
+
+
+def inside(times: I64, win_start: I64, win_end: I64) -> Bools:
+    """Whether each time lies in one of the windows ``[start, end]`` (windows need not be sorted)."""
+    s, e = union(win_start, win_end)
+    if len(s) == 0:
+        return np.zeros(len(times), dtype=bool)
+    idx = np.searchsorted(s, times, side="right") - 1
+    return (idx >= 0) & (times <= e[np.maximum(idx, 0)])
+
+
+def parents(group: I64, start: I64, end: I64) -> I64:
+    """Index of the innermost range of the same group enclosing each range, or -1 for a root.
+
+    Ranges are sorted by (group, start, longest first) and swept: a range's depth is the
+    number of ranges still open when it starts, and its parent is the last range before it
+    one level up. Times are doubled so that a zero-length range closes before the next one
+    starts; ranges that only touch are siblings. Ranges that overlap without nesting
+    (rounded timestamps) get the enclosing range that is still open, else none.
+    """
+    n = len(start)
+    result = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return result
+    order = np.lexsort((-end, start, group))
+    g, s, e = group[order], start[order], end[order]
+    base = s.min()
+    s2 = (s - base) * 2
+    e2 = np.maximum((e - base) * 2, s2 + 1)
+    depth = _depths(g, s2, e2)
+    parent = _previous_one_level_up(depth)
+    ok = parent >= 0
+    ok[ok] = e2[parent[ok]] > s2[ok]
+    result[order[ok]] = order[parent[ok]]
+    return result
+
+
+def _depths(g: I64, s2: I64, e2: I64) -> I64:
+    n = len(s2)
+    rank = np.arange(n, dtype=np.int64)
+    ev_group, ev_time = np.concatenate([g, g]), np.concatenate([e2, s2])
+    ev_is_start = np.r_[np.zeros(n, np.int64), np.ones(n, np.int64)]
+    ev_rank = np.concatenate([rank, rank])
+    # ends before starts at the same time; starts at one time keep the (start, longest first) order
+    ev = np.lexsort((ev_rank, ev_is_start, ev_time, ev_group))
+    delta = np.where(ev_is_start[ev] == 1, 1, -1)
+    open_before = np.cumsum(delta) - delta
+    depth = np.empty(n, dtype=np.int64)
+    starts = ev_is_start[ev] == 1
+    depth[ev_rank[ev][starts]] = open_before[starts]
+    return depth
+
+
+def _previous_one_level_up(depth: I64) -> I64:
+    by_depth = np.argsort(depth, kind="stable")
+    levels = depth[by_depth]
+    parent = np.full(len(depth), -1, dtype=np.int64)
+    for d in range(1, int(levels.max()) + 1 if len(levels) else 0):
+        here = by_depth[np.searchsorted(levels, d, "left") : np.searchsorted(levels, d, "right")]
+        above = by_depth[np.searchsorted(levels, d - 1, "left") : np.searchsorted(levels, d - 1, "right")]
+        k = np.searchsorted(above, here) - 1
+        parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
+    return parent
+
+
+def ancestors(parent: I64, first: I64) -> list[tuple[I64, I64]]:
+    """Level by level, ``(rows, node)``: each row of ``first`` paired with ``first`` and then its ancestors.
+
+    ``first[i]`` is a node index or -1. Level 0 pairs rows with ``first`` itself.
+    """
+    rows = np.flatnonzero(first >= 0)
+    node = first[rows]
+    levels = []
+    while len(rows):
+        levels.append((rows, node))
+        up = parent[node]
+        keep = up >= 0
+        rows, node = rows[keep], up[keep]
+    return levels
