@@ -14,9 +14,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traceconv import schema as S
+from traceconv.background import BackgroundWriter
 from traceconv.errors import InputError, SchemaVersionError, UsageError
 from traceconv.readers import Progress, Reader, open_reader
 
+
+DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,10 +67,17 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     result = WriteResult(path=out)
     try:
-        with pq.ParquetWriter(tmp, S.SCHEMA, compression="zstd") as writer:
-            for table in tables:
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
-                _tally(result, table)
+        # zstd level 1, and dictionary pages only where the schema says dictionary: the
+        # args JSON never repeats, and trying to dictionary-encode it costs time and size.
+        with pq.ParquetWriter(tmp, S.SCHEMA, compression="zstd", compression_level=1,
+                              use_dictionary=DICTIONARY_COLUMNS) as writer:
+            background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)))
+            try:
+                for table in tables:
+                    background.put(table)
+                    _tally(result, table)
+            finally:
+                background.close()
             writer.add_key_value_metadata(_metadata(reader, result))
         os.replace(tmp, out)
     except BaseException:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, numbers, scatter
-from traceconv.readers.kineto_decode import Args
+from traceconv.readers.kineto_decode import Decoded
 
 # category (lower-cased) -> kind. Legacy 2021 names are the capitalised ones.
 CATEGORY_KINDS = {
@@ -30,8 +30,17 @@ _SET = re.compile(r"^Memset\s*\((\w+)\)")
 _TS_EXACT = re.compile(rb'"ts"\s*:\s*-?(?:\d{14,}|9\d{12}|8[7-9]\d{11})\.')
 
 
-def needs_exact(chunk: bytes) -> bool:
-    """Absolute microseconds with decimals lose nanoseconds in a float64: decode those exactly."""
+FLOAT_EXACT_US = 2.0**43  # below this, a float64 holds microseconds to well under half a nanosecond
+
+
+def needs_exact(chunk: bytes, events: list[Any]) -> bool:
+    """Absolute microseconds with decimals lose nanoseconds in a float64: decode those exactly.
+
+    Decided from the float decode: only timestamps past 2**43 us can be inexact, and only
+    when written with decimals; the text tells, for the chunks that have such timestamps.
+    """
+    if not any(e.ts is not None and abs(e.ts) >= FLOAT_EXACT_US for e in events):
+        return False
     return _TS_EXACT.search(chunk) is not None
 
 
@@ -89,7 +98,8 @@ def _decimal_ns(v: Decimal | None, unpadded: bool) -> int | None:
     return int(v.scaleb(3).to_integral_value())
 
 
-def build(events: list[Any], args: list[Args | None], ctx: ChunkContext) -> pa.Table:
+def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
+    events = decoded.events
     n = len(events)
     cols: dict[str, pa.Array] = {}
     ph = pa.array([e.ph for e in events], pa.string())
@@ -109,14 +119,22 @@ def build(events: list[Any], args: list[Args | None], ctx: ChunkContext) -> pa.T
     cols["start_ns"], cols["dur_ns"], cols["end_ns"] = start, dur, pc.add(start, dur)
     cols["flow_id"] = numbers([e.id for e in events], pa.int64())
     cols["args"] = pa.array([bytes(e.args) or None for e in events], pa.binary()).cast(pa.string())
-    cols["correlation_id"] = numbers([a.correlation if a is not None else None for a in args], pa.int64())
-    cols["external_id"] = numbers(
-        [(a.external_id if a.external_id is not None else a.external_id_legacy) if a is not None else None
-         for a in args], pa.int64())
+    cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)')
+    cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)')
     cols["api_class"] = _api_class(cat, kinds)
-    _gpu_detail(cols, args, kinds, name, n)
-    _memory_detail(cols, args, kinds, n)
+    _gpu_detail(cols, decoded, kinds, name, n)
+    _memory_detail(cols, decoded, kinds, n)
     return S.conform(cols, n)
+
+
+def _arg_int(args: pa.Array, pattern: str) -> pa.Array:
+    """One integer argument of every event, found by a regular expression over the JSON text (C++ speed)."""
+    text = pc.struct_field(pc.extract_regex(args, pattern), [0])
+    try:
+        return text.cast(pa.int64())
+    except pa.ArrowInvalid:  # past int64: null here, kept in the args text
+        return numbers([int(v) if v is not None and -(2**63) <= int(v) < 2**63 else None
+                        for v in text.to_pylist()], pa.int64())
 
 
 def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:
@@ -136,6 +154,12 @@ def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:
 
 def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
     """Integer ids (also when written as digits in a string) as int64; anything else kept as a label."""
+    try:  # the common case, all integers, at C speed
+        cols[col] = pa.array(values, pa.int64())
+        cols[col + "_label"] = pa.nulls(len(values), S.DICT)
+        return
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
     ints = [_int_id(v) for v in values]
     cols[col] = numbers(ints, pa.int64())
     labels = [None if i is not None or v is None else str(v) for v, i in zip(values, ints)]
@@ -162,7 +186,7 @@ def _api_class(cat: pa.Array, kinds: I64) -> pa.Array:
     return from_codes(codes, labels)
 
 
-def _gpu_detail(cols: dict[str, pa.Array], args: list[Args | None], kinds: I64, name: pa.DictionaryArray,
+def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: pa.DictionaryArray,
                 n: int) -> None:
     gpu = np.isin(kinds, [_KIND_CODE[k] for k in GPU_SIDE])
     annot = np.asarray(pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")),
@@ -170,7 +194,7 @@ def _gpu_detail(cols: dict[str, pa.Array], args: list[Args | None], kinds: I64, 
     idx = np.flatnonzero(gpu | annot)
     if len(idx) == 0:
         return
-    sel = [args[i] for i in idx]
+    sel = decoded.typed_args(idx.tolist())
 
     def field(attr: str, typ: pa.DataType) -> pa.Array:
         return scatter(n, idx, numbers([getattr(a, attr) if a is not None else None for a in sel], typ))
@@ -228,11 +252,11 @@ def _copy_kinds(cols: dict[str, pa.Array], name: pa.DictionaryArray, kinds: I64)
         cols[col] = from_codes(out, labels)
 
 
-def _memory_detail(cols: dict[str, pa.Array], args: list[Args | None], kinds: I64, n: int) -> None:
+def _memory_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, n: int) -> None:
     idx = np.flatnonzero(kinds == _KIND_CODE["memory"])
     if len(idx) == 0:
         return
-    sel = [args[i] for i in idx]
+    sel = decoded.typed_args(idx.tolist())
 
     def field(attr: str, typ: pa.DataType) -> pa.Array:
         return scatter(n, idx, numbers([getattr(a, attr) if a is not None else None for a in sel], typ))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from decimal import Decimal
+from collections.abc import Sequence
 from typing import Any, Union
 
 import msgspec
@@ -81,14 +82,9 @@ class Args(msgspec.Struct, gc=False, rename={
     thread_name: Union[str, int, float, None] = None
 
 
-class ArgsOnly(msgspec.Struct, gc=False):
-    args: Union[Args, None] = None
-
-
 _ARG_KEYS: tuple[str, ...] = Args.__struct_encode_fields__
 _EVENTS = msgspec.json.Decoder(list[Event])
 _EXACT = msgspec.json.Decoder(list[ExactEvent])
-_ARGS = msgspec.json.Decoder(list[ArgsOnly])
 _ANY = msgspec.json.Decoder()
 
 
@@ -108,39 +104,55 @@ def _position(exc: msgspec.DecodeError) -> int | None:
 
 @dataclass
 class Decoded:
-    """One chunk's events, their typed arguments, and whether times were decoded exactly."""
+    """One chunk's events, and whether their times were decoded exactly."""
 
     events: list[Any]
-    args: list[Args | None]
     exact: bool
 
     def __len__(self) -> int:
         return len(self.events)
 
+    def typed_args(self, idx: Sequence[int]) -> list[Args | None]:
+        """The arguments with columns of their own, decoded for the events at ``idx`` only."""
+        raws = [bytes(self.events[i].args) or b"null" for i in idx]
+        try:
+            return _ARGS_LIST.decode(b"[" + b",".join(raws) + b"]")
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return [_one_args(raw) for raw in raws]
+
     @staticmethod
     def concat(parts: list[Decoded]) -> Decoded:
         exact = any(p.exact for p in parts)
         events: list[Any] = []
-        args: list[Args | None] = []
         for p in parts:
             if exact and not p.exact:  # one time representation per chunk
-                p = Decoded([ExactEvent(**{f: getattr(e, f) for f in e.__struct_fields__}) for e in p.events],
-                            p.args, True)
-            events += p.events
-            args += p.args
-        return Decoded(events, args, exact)
+                events += [ExactEvent(**{f: getattr(e, f) for f in e.__struct_fields__}) for e in p.events]
+            else:
+                events += p.events
+        return Decoded(events, exact)
+
+
+_ARGS_LIST = msgspec.json.Decoder(list[Union[Args, None]])
+_ARGS_ONE = msgspec.json.Decoder(Union[Args, None])
+
+
+def _one_args(raw: bytes) -> Args | None:
+    try:
+        return _ARGS_ONE.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        try:
+            return _coerce_args(json.loads(raw))
+        except (ValueError, RecursionError):
+            return None
 
 
 def decode_events(chunk: bytes, exact: bool) -> Decoded:
-    """Events and their typed arguments for one chunk (raises :class:`ChunkDecodeError`)."""
+    """The events of one chunk (raises :class:`ChunkDecodeError`)."""
     data = _wrap(chunk)
     try:
-        events = (_EXACT if exact else _EVENTS).decode(data)
-        args = [a.args for a in _ARGS.decode(data)]
-        return Decoded(events, args, exact)
+        return Decoded((_EXACT if exact else _EVENTS).decode(data), exact)
     except msgspec.ValidationError:
-        events, args = _generic(data, exact)
-        return Decoded(events, args, exact)
+        return Decoded(_generic(data, exact), exact)
     except msgspec.DecodeError as exc:
         raise ChunkDecodeError(_position(exc), str(exc)) from None
     except RecursionError:
@@ -155,23 +167,16 @@ _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _RAW_ARGS = msgspec.json.Decoder(_RawArgs)
 
 
-def _generic(data: bytes, exact: bool) -> tuple[list[Any], list[Args | None]]:
+def _generic(data: bytes, exact: bool) -> list[Any]:
     """Slow path for chunks whose values do not fit the types: event by event, coercing only misfits."""
     fast = msgspec.json.Decoder(ExactEvent if exact else Event)
-    fast_args = msgspec.json.Decoder(ArgsOnly)
     events: list[Any] = []
-    args: list[Args | None] = []
     for raw in _RAWS.decode(data):
         try:
             events.append(fast.decode(raw))
         except msgspec.ValidationError:
             events.append(_coerce_event(raw, exact))
-        try:
-            args.append(fast_args.decode(raw).args)
-        except msgspec.ValidationError:
-            obj = json.loads(bytes(raw))
-            args.append(_coerce_args(obj.get("args") if isinstance(obj, dict) else None))
-    return events, args
+    return events
 
 
 def _coerce_event(raw: msgspec.Raw, exact: bool) -> Any:

@@ -203,8 +203,9 @@ class _OpResolver:
         self.best = {flag: (np.full(n, np.iinfo(np.int64).min, np.int64), np.full(n, -1, np.int64),
                             np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for flag in (0, 1)}
         self.threads: dict[tuple[int, int], int] = {}
-        codes = np.array([self.threads.setdefault((int(p), int(t)), len(self.threads))
-                          for p, t in zip(api["pid"].tolist(), api["tid"].tolist())], dtype=np.int64)
+        for p, t in np.unique(np.stack([api["pid"], api["tid"]], 1), axis=0).tolist() if n else []:
+            self.threads[(int(p), int(t))] = len(self.threads)
+        codes = self._thread_codes(api["pid"], api["tid"])
         self.t0 = int(api["start"].min()) if n else 0
         self.span = int(max(api["end"].max() - self.t0, 0)) + 2 if n else 1
         self.key = codes * self.span + (api["start"] - self.t0) if n else codes
@@ -229,8 +230,7 @@ class _OpResolver:
     def _enclosing(self, ops: dict[str, I64]) -> None:
         if not len(self.sorted_key):
             return
-        code = np.array([self.threads.get((int(p), int(t)), -1) for p, t in
-                         zip(ops["pid"].tolist(), ops["tid"].tolist())], dtype=np.int64)
+        code = self._thread_codes(ops["pid"], ops["tid"])
         live = np.flatnonzero((code >= 0) & (ops["end"] >= ops["start"]))
         c, s, e = code[live], ops["start"][live] - self.t0, ops["end"][live] - self.t0
         lo = np.searchsorted(self.sorted_key, c * self.span + np.clip(s, 0, self.span - 1), "left")
@@ -240,6 +240,13 @@ class _OpResolver:
         for flag in (0, 1):
             sel = ops["is_cpu"][op_i] == flag
             self._improve(self.best[flag], ops, op_i[sel], j[sel])
+
+    def _thread_codes(self, pid: I64, tid: I64) -> I64:
+        if not len(pid):
+            return np.empty(0, np.int64)
+        pairs, inverse = np.unique(np.stack([pid, tid], 1), axis=0, return_inverse=True)
+        lut = np.array([self.threads.get((int(p), int(t)), -1) for p, t in pairs.tolist()], dtype=np.int64)
+        return lut[inverse.reshape(-1)]
 
     @staticmethod
     def _improve(best: tuple[I64, I64, I64, I64], ops: dict[str, I64], op_i: I64, j: I64) -> None:

@@ -47,7 +47,10 @@ class PytorchReader:
             if self._unpadded:
                 self.info.notes.append("timestamps written without zero-padded decimals (Kineto before 2024-04) "
                                        "were read as microseconds + nanoseconds")
-        return decode_events(chunk, self._unpadded or needs_exact(chunk))
+        if self._unpadded:
+            return decode_events(chunk, True)
+        decoded = decode_events(chunk, False)
+        return decode_events(chunk, True) if needs_exact(chunk, decoded.events) else decoded
 
     def tables(self) -> Iterator[pa.Table]:
         size = os.path.getsize(self.path)
@@ -67,8 +70,7 @@ class PytorchReader:
         gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
         try:
             for decoded in chunks:
-                table = build(decoded.events, decoded.args, ChunkContext(self._events, decoded.exact,
-                                                                         bool(self._unpadded)))
+                table = build(decoded, ChunkContext(self._events, decoded.exact, bool(self._unpadded)))
                 del decoded
                 self._events += table.num_rows
                 ops = index.add(table)
