@@ -42,6 +42,14 @@ def handle_errors(func: F) -> F:
         except MemoryError:
             click.echo("traceconv: error: out of memory; please report this with the input's size", err=True)
             sys.exit(1)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # a bug of ours: still one line, and the way to the traceback
+            if debug:
+                raise
+            click.echo(f"traceconv: internal error: {type(exc).__name__}: {exc}; rerun with --debug and report "
+                       "the traceback", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
