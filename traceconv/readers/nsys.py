@@ -25,7 +25,7 @@ from traceconv.readers.nsys_enums import Enums
 from traceconv.readers.nsys_links import Launches, Ranges, launch_columns, launch_index, launch_threads
 from traceconv.readers.nsys_meta import Names, check_export, export_version, gpus, session_start_ns, unconverted
 from traceconv.readers.nsys_nvtx import NVTX, nvtx
-from traceconv.readers.nsys_parts import NO_TIME, Part, Strings, constant
+from traceconv.readers.nsys_parts import NO_TIME, Col, Part, Strings, constant
 from traceconv.readers.nsys_privacy import environment
 from traceconv.readers.nsys_sql import Database
 from traceconv.readers.nsys_tables import (
@@ -136,13 +136,13 @@ class NsysReader:
             cols["thread_name"] = names.threads(part.gtid)
             yield self._table(part, cols, first[part.table], offset)
 
-    def _links(self, part: Part, launches: Launches | None, ranges: Ranges, offset: int) -> dict[str, pa.Array]:
+    def _links(self, part: Part, launches: Launches | None, ranges: Ranges, offset: int) -> dict[str, Col]:
         cols = self._gpu_links(part, launches, ranges, offset)
         if part.table == SYNC:
             self._sync_types(cols)
         return cols
 
-    def _gpu_links(self, part: Part, launches: Launches | None, ranges: Ranges, offset: int) -> dict[str, pa.Array]:
+    def _gpu_links(self, part: Part, launches: Launches | None, ranges: Ranges, offset: int) -> dict[str, Col]:
         cols = dict(part.cols)
         if part.table in (RUNTIME, OSRT):
             cols.update(ranges.enclosing(part.gtid, part.start))
@@ -159,7 +159,7 @@ class NsysReader:
             self._count("gpu_rows_without_launch", int((pos < 0).sum()))
         return cols
 
-    def _sync_types(self, cols: dict[str, pa.Array]) -> None:
+    def _sync_types(self, cols: dict[str, Col]) -> None:
         cols["sync_type"], cols["name"], contradicted = sync_types(cols["sync_type"], cols.get("launch_name"))
         if contradicted:
             self.info.notes.append(f"{contradicted:,} synchronisation rows have a syncType code that contradicts "
@@ -169,7 +169,7 @@ class NsysReader:
     def _count(self, key: str, n: int) -> None:
         self.info.counters[key] = self.info.counters.get(key, 0) + n
 
-    def _table(self, part: Part, cols: dict[str, pa.Array], first_id: int, offset: int) -> pa.Table:
+    def _table(self, part: Part, cols: dict[str, Col], first_id: int, offset: int) -> pa.Table:
         n = part.n
         ended = part.end != NO_TIME
         cols["source"] = constant(n, "nsys")
@@ -178,7 +178,7 @@ class NsysReader:
         cols["start_ns"] = pa.array(part.start + offset, mask=part.start == NO_TIME)
         cols["end_ns"] = pa.array(part.end + offset, mask=~ended)
         cols["dur_ns"] = pa.array(part.end - part.start, mask=~ended)
-        return S.conform(cols, n)
+        return S.conform(dict(cols), n)
 
 
 def _sorted(part: Part) -> Part:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
-import pyarrow as pa
 
 from traceconv.readers.arrow_util import I64, from_codes, to_numpy
-from traceconv.readers.nsys_parts import distinct
+from traceconv.readers.nsys_parts import ChunkedCol, Col, DictCol, distinct
 from traceconv.readers.nsys_sql import Database
 
 COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
@@ -71,7 +71,7 @@ def _load(db: Database, table: str, embedded: dict[int, str], rule: Callable[[st
     return labels
 
 
-def labelled(codes: pa.Array | pa.ChunkedArray, labels: dict[int, str]) -> pa.DictionaryArray:
+def labelled(codes: Col | ChunkedCol, labels: dict[int, str]) -> DictCol:
     """Dictionary array of labels for integer ``codes``; a code no table knows becomes ``code N``."""
     values = to_numpy(codes, fill=-(2**62))
     known = sorted(labels)
@@ -86,4 +86,4 @@ def labelled(codes: pa.Array | pa.ChunkedArray, labels: dict[int, str]) -> pa.Di
     pos = np.minimum(pos, max(len(keys) - 1, 0))
     hit = (keys[order][pos] == values) if len(keys) else np.zeros(len(values), dtype=bool)
     idx: I64 = np.where(hit, order[pos], -1).astype(np.int64)
-    return from_codes(idx, names)
+    return cast(DictCol, from_codes(idx, names))

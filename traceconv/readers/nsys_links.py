@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from traceconv.readers.arrow_util import I64
 from traceconv.readers.links import innermost_enclosing, lookup
-from traceconv.readers.nsys_parts import LOW24, NO_TIME, NONE, Part, distinct
+from traceconv.readers.nsys_parts import LOW24, NO_TIME, NONE, Col, Part, arrow, distinct
 
 _CORR_BITS = 40
 
@@ -37,7 +37,7 @@ class Ranges:
     start: I64
     end: I64
     event_id: I64
-    name: pa.Array
+    name: Col
 
     @classmethod
     def of(cls, part: Part | None, first_id: int) -> Ranges:
@@ -46,16 +46,16 @@ class Ranges:
             return cls(empty, empty, empty, empty, pa.array([], pa.string()))
         idx = np.flatnonzero(part.push_pop)
         return cls(part.gtid[idx], part.start[idx], part.end[idx], first_id + idx,
-                   part.cols["name"].take(pa.array(idx)))
+                   part.cols["name"].take(arrow(idx)))
 
-    def enclosing(self, gtid: I64, time: I64) -> dict[str, pa.Array]:
+    def enclosing(self, gtid: I64, time: I64) -> dict[str, Col]:
         """``op_event_id`` and ``op_name`` for queries (thread, time); NONE thread -> null."""
         pos = innermost_enclosing(self.gtid, self.start, self.end, gtid, time)
         pos = np.where(gtid >= 0, pos, -1)
         ok = pos >= 0
         event_id = pa.array(np.where(ok, self.event_id[np.maximum(pos, 0)] if len(self.event_id) else 0, 0),
                             mask=~ok)
-        name = self.name.take(pa.array(np.maximum(pos, 0), mask=~ok)) if len(self.name) else pa.nulls(len(pos))
+        name = self.name.take(arrow(np.maximum(pos, 0), ~ok)) if len(self.name) else pa.nulls(len(pos), pa.string())
         return {"op_event_id": event_id, "op_name": name}
 
 
@@ -90,7 +90,7 @@ def launch_index(launches: Launches, gpu: Part) -> tuple[I64, list[str]]:
     return lookup(gpu_key, api_key), notes
 
 
-def launch_columns(launches: Launches, gpu: Part, pos: I64, offset: int) -> dict[str, pa.Array]:
+def launch_columns(launches: Launches, gpu: Part, pos: I64, offset: int) -> dict[str, Col]:
     """launch_* columns plus queue_ns and wall_ns (nsys' cuda_kern_exec_trace definitions)."""
     api = launches.part
     ok = pos >= 0
@@ -105,7 +105,7 @@ def launch_columns(launches: Launches, gpu: Part, pos: I64, offset: int) -> dict
     wall = np.maximum(l_end, gpu.end) - l_start
     return {
         "launch_event_id": pa.array(launches.first_id + at, mask=missing),
-        "launch_name": api.cols["name"].take(pa.array(at, mask=missing)),
+        "launch_name": api.cols["name"].take(arrow(at, missing)),
         "launch_start_ns": pa.array(l_start + offset, mask=missing),
         "launch_end_ns": pa.array(l_end + offset, mask=no_end),
         "launch_tid": pa.array(api.gtid[at] & LOW24, mask=missing | (api.gtid[at] < 0)),

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from traceconv.errors import UnsupportedFormatError
 from traceconv.readers.arrow_util import I64
-from traceconv.readers.nsys_parts import LOW24, Strings, dictionary, ints, names_by_key
+from traceconv.readers.nsys_parts import LOW24, DictCol, Strings, dictionary, ints, names_by_key
 from traceconv.readers.nsys_sql import Database
 
 EXPORT_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+, 2022.2-2023.2
@@ -92,12 +92,12 @@ class Names:
             self.pids = (self.tids[main] >> 24) << 24
             self.pnames = [self.tnames[i] for i in np.flatnonzero(main)]
 
-    def threads(self, gtid: I64) -> pa.DictionaryArray:
+    def threads(self, gtid: I64) -> DictCol:
         if not len(self.tids):
             return dictionary(np.full(len(gtid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
         return names_by_key(np.where(gtid >= 0, gtid, -5), self.tids, self.tnames)
 
-    def processes(self, gpid: I64) -> pa.DictionaryArray:
+    def processes(self, gpid: I64) -> DictCol:
         if not len(self.pids):
             return dictionary(np.full(len(gpid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
         return names_by_key(np.where(gpid >= 0, gpid, -5), self.pids, self.pnames)

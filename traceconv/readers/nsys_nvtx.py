@@ -18,8 +18,12 @@ from traceconv.readers.nsys_parts import (
     NO_TIME,
     NONE,
     Bools,
+    Col,
+    DictCol,
     Part,
     Strings,
+    arrow,
+    as_dict,
     column,
     constant,
     decode_pid,
@@ -53,8 +57,8 @@ def nvtx(db: Database, strings: Strings) -> Part:
     instant = ~ranged & ((etype == MARK) | open_end)
     end = np.where(instant, start, end)
     kind = np.where(ranged, 0, np.where(etype == MARK, 1, 2)).astype(np.int64)
-    cols: dict[str, pa.Array] = {
-        "kind": pa.DictionaryArray.from_arrays(pa.array(kind.astype(np.int32)), pa.array(_KINDS)),
+    cols: dict[str, Col] = {
+        "kind": pa.DictionaryArray.from_arrays(arrow(kind.astype(np.int32)), pa.array(_KINDS)),
         "category": constant(n, NVTX),
         "phase": pa.DictionaryArray.from_arrays(pa.array(instant.astype(np.int32)), pa.array(["X", "i"])),
         "name": name, "pid": decode_pid(gtid), "tid": decode_tid(gtid),
@@ -70,14 +74,14 @@ def nvtx(db: Database, strings: Strings) -> Part:
     return part
 
 
-def _text(t: pa.Table, strings: Strings) -> pa.DictionaryArray:
+def _text(t: pa.Table, strings: Strings) -> DictCol:
     interned = strings.names(ints(t, "textId")).cast(pa.string())
     text = column(t, "text")
     merged = pc.coalesce(text, interned) if text is not None else interned
-    return pc.dictionary_encode(merged)
+    return as_dict(pc.dictionary_encode(merged))
 
 
-def _domains(gpid: I64, domain: I64, etype: I64, name: pa.DictionaryArray) -> pa.DictionaryArray:
+def _domains(gpid: I64, domain: I64, etype: I64, name: DictCol) -> DictCol:
     """Name of each row's domain: the text of the domain-create row with the same process and id."""
     n = len(domain)
     created = np.flatnonzero((etype == DOMAIN_CREATE) & (domain > 0))
@@ -86,7 +90,7 @@ def _domains(gpid: I64, domain: I64, etype: I64, name: pa.DictionaryArray) -> pa
     _, proc = np.unique(gpid, return_inverse=True)
     _, dom = np.unique(domain, return_inverse=True)
     key = proc.reshape(-1).astype(np.int64) * (int(dom.max()) + 1) + dom.reshape(-1)
-    labels = name.cast(pa.string()).take(pa.array(created)).to_pylist()
+    labels = name.cast(pa.string()).take(arrow(created)).to_pylist()
     pos = lookup(key, key[created])
     valid: Bools = np.ones(len(labels) + 1, dtype=bool)
     codes = np.where((pos >= 0) & (domain > 0), pos, len(labels)).astype(np.int64)

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ from traceconv.readers.links import lookup
 from traceconv.readers.nsys_sql import Database
 
 Bools = npt.NDArray[np.bool_]
+Col: TypeAlias = "pa.Array[Any]"
+DictCol: TypeAlias = "pa.DictionaryArray[Any, Any]"
+ChunkedCol: TypeAlias = "pa.ChunkedArray[Any]"
 NONE = -1  # "no value" in the int64 numpy ids below (ids are never negative)
 NO_TIME = np.iinfo(np.int64).min  # "no value" for times, which can be negative (before the session start)
 LOW24 = 0xFFFFFF
@@ -33,7 +37,7 @@ class Part:
     """The rows of one source table, before event ids, links and the time base are added."""
 
     table: str
-    cols: dict[str, pa.Array]  # unified columns (start_ns/end_ns still relative to the session)
+    cols: dict[str, Col]  # unified columns (start_ns/end_ns still relative to the session)
     start: I64
     end: I64  # NO_TIME where the event never ended
     gtid: I64  # global thread id of CPU-side rows, else NONE
@@ -47,10 +51,19 @@ class Part:
         return len(self.start)
 
     def take(self, order: I64) -> Part:
-        idx = pa.array(order)
+        idx = arrow(order)
         return Part(self.table, {k: v.take(idx) for k, v in self.cols.items()}, self.start[order], self.end[order],
                     self.gtid[order], self.gpid[order], self.corr[order],
                     None if self.push_pop is None else self.push_pop[order], self.notes)
+
+
+def arrow(values: npt.NDArray[Any], mask: Bools | None = None) -> Col:
+    """``pa.array`` of a numpy array, typed for mypy (the stubs take a masked int array for booleans)."""
+    return cast(Col, pa.array(values, mask=mask))
+
+
+def as_dict(arr: Any) -> DictCol:
+    return cast(DictCol, arr)
 
 
 def distinct(values: I64) -> I64:
@@ -59,7 +72,7 @@ def distinct(values: I64) -> I64:
     return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
 
 
-def column(table: pa.Table, name: str) -> pa.Array | None:
+def column(table: pa.Table, name: str) -> Col | None:
     if name not in table.column_names:
         return None
     col = table[name]
@@ -83,12 +96,12 @@ def global_pid(gtid: I64) -> I64:
     return np.where(gtid >= 0, (gtid >> 24) << 24, NONE)
 
 
-def decode_pid(g: I64) -> pa.Array:
-    return pa.array((g >> 24) & LOW24, mask=g < 0)
+def decode_pid(g: I64) -> Col:
+    return arrow((g >> 24) & LOW24, g < 0)
 
 
-def decode_tid(g: I64) -> pa.Array:
-    return pa.array(g & LOW24, mask=g < 0)
+def decode_tid(g: I64) -> Col:
+    return arrow(g & LOW24, g < 0)
 
 
 class Strings:
@@ -100,35 +113,35 @@ class Strings:
         value = column(table, "value")
         self.values = value if value is not None else pa.array([], pa.string())
 
-    def names(self, ids: I64, transform: Callable[[str], str] | None = None) -> pa.DictionaryArray:
+    def names(self, ids: I64, transform: Callable[[str], str] | None = None) -> DictCol:
         uniq, inverse = np.unique(ids, return_inverse=True)
         pos = lookup(uniq, self.ids)
         found = (uniq >= 0) & (pos >= 0)
-        values: list[str | None] = self.values.take(pa.array(np.maximum(pos, 0))).to_pylist() if len(pos) else []
+        values: list[str | None] = self.values.take(arrow(np.maximum(pos, 0))).to_pylist() if len(pos) else []
         values = [v if ok else None for v, ok in zip(values, found.tolist(), strict=True)]
         if transform is not None:
             values = [transform(v) if v is not None else None for v in values]
         return dictionary(inverse.reshape(-1).astype(np.int64), values, found)
 
 
-def dictionary(codes: I64, values: list[str | None], valid: Bools) -> pa.DictionaryArray:
+def dictionary(codes: I64, values: list[str | None], valid: Bools) -> DictCol:
     """Codes into ``values`` (rows whose value is invalid become null), with duplicates merged."""
     kept = [v if ok else None for v, ok in zip(values, valid.tolist(), strict=True)]
     distinct = sorted({v for v in kept if v is not None})
     where = {v: i for i, v in enumerate(distinct)}
     remap = np.array([where[v] if v is not None else -1 for v in kept] or [-1], dtype=np.int64)
-    return from_codes(remap[codes] if len(codes) else codes, distinct)
+    return as_dict(from_codes(remap[codes] if len(codes) else codes, distinct))
 
 
 def api_name(name: str) -> str:
     return _VERSION_SUFFIX.sub("", name)
 
 
-def constant(n: int, value: str) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value]))
+def constant(n: int, value: str) -> DictCol:
+    return as_dict(pa.DictionaryArray.from_arrays(arrow(np.zeros(n, dtype=np.int32)), pa.array([value])))
 
 
-def names_by_key(keys: I64, table_keys: I64, table_values: list[str | None]) -> pa.DictionaryArray:
+def names_by_key(keys: I64, table_keys: I64, table_values: list[str | None]) -> DictCol:
     """For each key, the value of the *last* row of (table_keys, table_values) with that key, else null."""
     pos = lookup(keys, table_keys[::-1])
     padded = [*table_values[::-1], None]
@@ -136,19 +149,55 @@ def names_by_key(keys: I64, table_keys: I64, table_values: list[str | None]) -> 
     return dictionary(idx, padded, np.ones(len(padded), dtype=bool))
 
 
-def json_args(table: pa.Table, names: list[str]) -> pa.Array | None:
-    """``{"col": value, ...}`` per row for the numeric columns in ``names`` (null -> ``null``)."""
-    parts: list[pa.Array | str] = []
-    for name in names:
-        col = column(table, name)
-        if col is None or not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
-            continue
+def json_args(table: pa.Table, names: list[str]) -> Col | None:
+    """``{"col": value, ...}`` per row for the numeric columns in ``names`` (null -> ``null``).
+
+    Leftover columns repeat (launch type, cache config, ...): each distinct row is written
+    once and shared, unless nearly every row is distinct.
+    """
+    cols = {n: c for n in names if (c := column(table, n)) is not None
+            and (pa.types.is_integer(c.type) or pa.types.is_floating(c.type))}
+    if not cols:
+        return None
+    inverse = row_codes(list(cols.values()))
+    distinct_rows, first = np.unique(inverse, return_index=True)
+    if len(first) > max(1024, table.num_rows // 4):
+        return _joined_args(cols)
+    rows = pa.table(cols).take(arrow(first)).to_pylist()
+    texts = [json.dumps({k: v if not isinstance(v, float) or np.isfinite(v) else None for k, v in r.items()},
+                        separators=(",", ":")) for r in rows]
+    return pa.array(texts, pa.string()).take(arrow(np.searchsorted(distinct_rows, inverse)))
+
+
+def row_codes(cols: list[Col]) -> I64:
+    """One int64 per row, equal for equal rows (nulls included): hash-based, no sorting of rows."""
+    key = np.zeros(len(cols[0]) if cols else 0, dtype=np.int64)
+    radix = 1
+    for col in cols:
+        enc = as_dict(pc.dictionary_encode(col))
+        size = len(enc.dictionary) + 1
+        codes = np.asarray(enc.indices.fill_null(size - 1), dtype=np.int64)
+        if radix * size >= 2**62:  # renumber what we have before it overflows
+            key = np.asarray(as_dict(pc.dictionary_encode(arrow(key))).indices, dtype=np.int64)
+            radix = int(key.max()) + 1 if len(key) else 1
+        key = key * size + codes
+        radix *= size
+    return key
+
+
+def _joined_args(cols: dict[str, Col]) -> Col:
+    parts: list[Col | str] = []
+    for name, col in cols.items():
         if pa.types.is_floating(col.type):
             col = pc.if_else(pc.is_finite(col), col, pa.scalar(None, col.type))
         parts += [("{" if not parts else ",") + json.dumps(name) + ":", pc.cast(col, pa.string())]
-    if not parts:
-        return None
-    return pc.binary_join_element_wise(*parts, "}", "", null_handling="replace", null_replacement="null")
+    return join_texts(*parts, "}")
+
+
+def join_texts(*parts: Col | str, null: str = "null") -> Col:
+    """Element-wise concatenation of string arrays and constants, null written as ``null``."""
+    join: Any = pc.binary_join_element_wise  # the stubs accept no mix of arrays and constants
+    return cast(Col, join(*parts, "", null_handling="replace", null_replacement=null))
 
 
 def leftover(table: pa.Table, used: frozenset[str] | set[str]) -> list[str]:

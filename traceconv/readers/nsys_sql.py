@@ -13,7 +13,7 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -22,7 +22,6 @@ from traceconv.errors import InputError
 
 CHUNK_ROWS = 1 << 18  # rows per SQL round trip: bounds the size of one CSV text
 REEXPORT = "the export may be damaged; export the report again with `nsys export --type sqlite --force-overwrite true`"
-_ARROW_TYPES = {"INTEGER": pa.int64(), "REAL": pa.float64(), "TEXT": pa.string()}
 
 
 def _uri(path: Path) -> str:
@@ -99,27 +98,76 @@ class Database:
         """The columns of ``wanted`` that ``table`` has, every row, as typed Arrow columns."""
         have = self.columns(table)
         names = [c for c in wanted if c in have]
-        types = {c: _ARROW_TYPES.get(have[c], pa.string()) for c in names}
+        types = {c: _affinity(have[c]) for c in names}
         if not names:
             return pa.table({})
+        line = _Line(names, types)
         with self.guard(table):
-            chunks = [_parse(text, names, types) for text in self._csv_chunks(table, names, types)]
+            chunks = [line.parse(text) for text in self._chunks(table, line.sql)]
         if not chunks:
             return pa.table({c: pa.array([], types[c]) for c in names})
         return pa.concat_tables(chunks)
 
-    def _csv_chunks(self, table: str, names: list[str], types: dict[str, pa.DataType]) -> Iterator[bytes]:
-        fmt = ",".join(["%s"] * len(names))  # printf's %s writes NULL as nothing: an empty CSV field
-        fields = f"printf('{fmt}', " + ", ".join(_field(c, types[c]) for c in names) + ")"
+    def _chunks(self, table: str, line: str) -> Iterator[bytes]:
         lo, hi = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM [{table}]").fetchone()
         if lo is None:
             return
         sql = (f"SELECT CAST(group_concat(line, char(10)) AS BLOB) FROM "
-               f"(SELECT {fields} AS line FROM [{table}] WHERE rowid >= ? AND rowid < ?)")
+               f"(SELECT {line} AS line FROM [{table}] WHERE rowid >= ? AND rowid < ?)")
         for first in range(lo, hi + 1, CHUNK_ROWS):
             (text,) = self.conn.execute(sql, (first, first + CHUNK_ROWS)).fetchone()
             if text:
                 yield text
+
+
+class _Line:
+    """One row as a line of text, and back.
+
+    Integers only: ``json_array(0, a, b, 0)`` (SQLite's JSON writer formats integers fastest),
+    read as unquoted CSV without the two sentinel fields. With text or reals: ``printf`` of
+    ``quote(text)`` and ``%!.17g`` (exact doubles), read as CSV quoted with ``'``.
+    """
+
+    def __init__(self, names: list[str], types: dict[str, pa.DataType]) -> None:
+        self.names, self.types = names, types
+        self.integers = all(t == pa.int64() for t in types.values())
+        cols = ", ".join(_field(c, types[c]) for c in names)
+        if self.integers:
+            self.sql = f"json_array(0, {cols}, 0)"
+        else:
+            self.sql = f"printf('{','.join(['%s'] * len(names))}', {cols})"  # %s of NULL: an empty field
+
+    def parse(self, text: bytes) -> pa.Table:
+        if self.integers:
+            return pacsv.read_csv(
+                _source(text),
+                read_options=pacsv.ReadOptions(column_names=["[", *self.names, "]"], block_size=1 << 22),
+                parse_options=pacsv.ParseOptions(quote_char=False),
+                convert_options=pacsv.ConvertOptions(include_columns=self.names, column_types=self.types,
+                                                     null_values=["null"]),
+            )
+        has_text = any(t == pa.string() for t in self.types.values())
+        return pacsv.read_csv(
+            _source(text),
+            read_options=pacsv.ReadOptions(column_names=self.names, block_size=len(text) + 1 if has_text else 1 << 22),
+            parse_options=pacsv.ParseOptions(quote_char="'", double_quote=True, newlines_in_values=has_text),
+            convert_options=pacsv.ConvertOptions(column_types=self.types, null_values=["", "NULL"],
+                                                 strings_can_be_null=True, quoted_strings_can_be_null=False),
+        )
+
+
+def _source(text: bytes) -> IO[Any]:
+    """The CSV text as Arrow's in-memory file (no copy); the stubs know only Python files."""
+    return cast(IO[Any], pa.BufferReader(text))
+
+
+def _affinity(declared: str) -> pa.DataType:
+    """SQLite's type affinity rules, as Arrow types (an untyped column is read as text)."""
+    if "INT" in declared:
+        return pa.int64()
+    if any(k in declared for k in ("REAL", "FLOA", "DOUB")):
+        return pa.float64()
+    return pa.string()
 
 
 def _field(name: str, typ: pa.DataType) -> str:
@@ -129,14 +177,3 @@ def _field(name: str, typ: pa.DataType) -> str:
     if typ == pa.float64():
         return f"iif({col} IS NULL, NULL, printf('%!.17g', {col}))"
     return col
-
-
-def _parse(text: bytes, names: list[str], types: dict[str, pa.DataType]) -> pa.Table:
-    has_text = any(t == pa.string() for t in types.values())
-    return pacsv.read_csv(
-        pa.py_buffer(text),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=len(text) + 1 if has_text else 1 << 22),
-        parse_options=pacsv.ParseOptions(quote_char="'", double_quote=True, newlines_in_values=has_text),
-        convert_options=pacsv.ConvertOptions(column_types=types, null_values=["", "NULL"],
-                                             strings_can_be_null=True, quoted_strings_can_be_null=False),
-    )
