@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import sqlite3
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -27,7 +28,7 @@ from traceconv.analyses.prepare import INPUT_COLUMNS, prepare
 from traceconv.analyses.summary import as_dict, summarize
 from traceconv.cli import main
 
-from .conftest import FIXTURES
+from .conftest import CORPUS, FIXTURES
 from .kineto_truth import load as load_json
 from .kineto_truth import to_ns
 
@@ -120,6 +121,28 @@ def test_fixed_nsys_run_keeps_the_dtoh_copies_outside_its_steps() -> None:
     d = nsys(NSYS_FIXED)
     assert d["memcpy"]["DtoH"]["count"] == 3 and d["memcpy"]["DtoH"]["pinned_count"] == 3
     assert d["memcpy"]["DtoH"]["bytes"] == 3 * 4096 * 4096 * 4
+
+
+def test_nsys_event_queries_are_not_syncs_and_emit_nvtx_ranges_group_by_operator() -> None:
+    """A 2-GPU inference export: CUPTI logs a sync record for each cudaEventQuery (which only polls),
+    and PyTorch's emit_nvtx names every range `aten::copy_, op_id = N`."""
+    path = CORPUS / "nsys" / "public" / "GindaChen__nsys-ai__mfu_2gpu_before.sqlite"
+    if not path.exists():
+        pytest.skip("../shared/corpus is absent")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    by_type = dict(db.execute("SELECT syncType, COUNT(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION GROUP BY 1"))
+    copies = db.execute(
+        "SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON n.textId = s.id"
+        " WHERE COALESCE(n.text, s.value) LIKE 'aten::copy_, %' AND n.eventType IN (59, 60)"
+    ).fetchone()[0]
+    db.close()
+    d = nsys(path)
+    assert by_type[1] > 0  # event syncs recorded, all of them cudaEventQuery calls
+    assert d["sync"]["calls"] == [{"name": "cudaStreamSynchronize", "count": by_type[3], "dur_ns": d["sync"]["dur_ns"]}]
+    assert set(d["gpu"]) == {"0", "1"}
+    ops = {o["name"]: o for o in d["top_ops"]}
+    assert ops["aten::copy_"]["calls"] == copies
+    assert not any("op_id =" in name for name in ops)
 
 
 # -- independent computations from the raw JSON -----------------------------------------------------

@@ -21,6 +21,7 @@ from traceconv.analyses.render import FORMATS, Col, text_table
 FORMATS_SUPPORTED = ("table", "json", "markdown")
 TABLE_WIDTH = 100
 _SHORT_LISTS = 5  # rows of the ranges and kernels tables in a terminal
+_MIN_NAME = 12  # the name column shrinks to this before a table may exceed the width
 
 
 def json_text(data: dict[str, Any]) -> str:
@@ -36,7 +37,7 @@ class Doc:
         self.lines: list[str] = []
 
     def title(self, text: str) -> None:
-        self.lines += [f"# {text}", ""] if self.markdown else [text]
+        self.lines += [f"# {text}", ""] if self.markdown else [_fit(text, self.width)]
 
     def heading(self, text: str) -> None:
         self.lines += ["", f"## {text}" if self.markdown else f"{text}:"]
@@ -57,7 +58,10 @@ class Doc:
         for c in cols:
             if c.source not in df.columns:
                 df[c.source] = None
-        self.lines += _md_table(df, cols) if self.markdown else text_table(df, cols, self.width).splitlines()
+        if self.markdown:
+            self.lines += _md_table(df, cols)
+        else:
+            self.lines += text_table(df, cols, self.width, min_shrink=_MIN_NAME).splitlines()
 
     def findings(self, findings: Sequence[dict[str, Any]]) -> None:
         if not findings:
@@ -72,6 +76,10 @@ class Doc:
 
     def text(self) -> str:
         return "\n".join(self.lines).rstrip() + "\n"
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
 def _md_table(df: pd.DataFrame, cols: Sequence[Col]) -> list[str]:
@@ -96,7 +104,8 @@ def ms(ns: float | None) -> str:
 
 
 def us(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e3:,.1f} µs"
+    """Microseconds, or milliseconds from 1 ms on."""
+    return "-" if ns is None else f"{ns / 1e3:,.1f} µs" if ns < 1e6 else ms(ns)
 
 
 def mb(n: float | None) -> str:
@@ -264,11 +273,11 @@ def _memory(doc: Doc, memory: dict[str, dict[str, int]]) -> None:
 
 # -- diff ------------------------------------------------------------------------------------
 DELTA_OP_COLS = [
-    Col("Δ GPU self ms", "gpu_self_ns", "ms"),
-    Col("Δ CPU self ms", "cpu_self_ns", "ms"),
-    Col("GPU self before", "b_gpu", "ms"),
+    Col("ΔGPU self ms", "gpu_self_ns", "ms"),
+    Col("ΔCPU self ms", "cpu_self_ns", "ms"),
+    Col("GPU before", "b_gpu", "ms"),
     Col("after", "a_gpu", "ms"),
-    Col("Calls before", "b_calls", "pct"),
+    Col("Calls", "b_calls", "pct"),
     Col("after", "a_calls", "pct"),
     Col("Status", "status"),
     Col("Operator", "name", shrink=True),

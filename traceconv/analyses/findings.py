@@ -105,7 +105,7 @@ def _ms(ns: float) -> str:
 
 
 def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.1f} µs"
+    return f"{ns / 1e3:,.1f} µs" if ns < 1e6 else _ms(ns)
 
 
 def _mb(n: float) -> str:

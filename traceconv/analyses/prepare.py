@@ -25,6 +25,7 @@ from traceconv.analyses.common import frame
 STEP_PATTERN = r"^(ProfilerStep#|(train[_ ]?)?step[ _#:-]?|iter(ation)?[ _#:-]?)\d+$"
 RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
 OP_KINDS = ("cpu_op", "nvtx")
+_EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
 NO_OP = "(no operator)"
 
 _GPU_COLS = (
@@ -102,7 +103,7 @@ def prepare(table: pa.Table, step_pattern: str = STEP_PATTERN) -> Frames:
     _attribute(ranges, gpu)
     sync = frame(table, _SYNC_COLS, ["sync"])
     for df in (gpu, ranges, sync):  # a step as the operator of a launch or sync: one name for all steps
-        df["op_name"] = _relabel(df["op_name"], _matches(df["op_name"], step_re), _step_label)
+        df["op_name"] = _names(df["op_name"], step_re)
     memory = frame(table, _MEM_COLS, ["memory"])
     return Frames(
         source=_source(table),
@@ -137,7 +138,7 @@ def _ranges(table: pa.Table, step_re: re.Pattern[str]) -> pd.DataFrame:
     df["end_ns"] = df["end_ns"].fillna(df["end_ns"].max())  # a range that never ended runs to the end
     df["is_op"] = df["kind"].isin(OP_KINDS).to_numpy()
     df["is_step"] = df["is_op"] & _matches(df["name"], step_re)
-    df["label"] = _relabel(df["name"], df["is_step"], _step_label)
+    df["label"] = _names(df["name"], step_re)
     group = (
         _codes(df["trace_id"]) * (1 << 42)
         + pd.factorize(pd.MultiIndex.from_arrays([df["pid"].fillna(-1), df["tid"].fillna(-1)]))[0]
@@ -219,6 +220,13 @@ def _step_label(name: str) -> str:
     return re.sub(r"\d+$", "*", name)
 
 
+def _names(names: pd.Series, step_re: re.Pattern[str]) -> pd.Series:
+    """Range names as grouped: steps as one name, and ``torch.autograd.profiler.emit_nvtx``'s
+    per-call suffixes (``aten::mm, seq = 12, op_id = 34, sizes = [...]``) dropped."""
+    names = _relabel(names, _matches(names, _EMIT_NVTX), lambda s: _EMIT_NVTX.sub("", s))
+    return _relabel(names, _matches(names, step_re), _step_label)
+
+
 def _steps(ranges: pd.DataFrame, step_re: re.Pattern[str]) -> Steps | None:
     steps = ranges[ranges["is_step"]]
     if steps.empty:
@@ -274,7 +282,7 @@ def _sum_at(index: I.I64, weights: Any, n: int) -> I.I64:
 
 def _matches(names: pd.Series, pattern: re.Pattern[str]) -> I.Bools:
     cats = names.cat.categories
-    hit = np.array([bool(pattern.match(str(c))) for c in cats] + [False], dtype=bool)
+    hit = np.array([bool(pattern.search(str(c))) for c in cats] + [False], dtype=bool)
     return np.asarray(hit[names.cat.codes.to_numpy()], dtype=bool)
 
 

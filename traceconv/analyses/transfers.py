@@ -51,16 +51,18 @@ def copies(gpu: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def sync_calls(ranges: pd.DataFrame, sync: pd.DataFrame) -> pd.DataFrame:
-    """Every host-blocking synchronisation: CUDA API calls, and sync activity rows no call accounts for.
+    """Every host-blocking synchronisation: CUDA API calls, and sync activity rows with no call in the trace.
 
-    Columns: ``name``, ``start_ns``, ``end_ns``, ``dur_ns``, ``op_name``, ``region``.
-    Activity rows of type ``stream_wait_event`` block a stream, not the host, and are left out.
+    Columns: ``name``, ``start_ns``, ``end_ns``, ``dur_ns``, ``op_name``, ``region``. An
+    activity row whose call is in the trace is that call: counted once, if the call blocks
+    (CUPTI also records syncs for ``cudaEventQuery``, which only polls). Rows of type
+    ``stream_wait_event`` block a stream, not the host, and are left out.
     """
     api = ranges[ranges["kind"] == "cuda_api"]
     names = api["name"].astype(object).fillna("")
     distinct = {n: is_sync_call(n) for n in pd.unique(names)}
     calls = api[names.map(distinct).astype(bool)]
-    seen = set(calls["correlation_id"].dropna().astype("int64").tolist())
+    seen = set(api["correlation_id"].dropna().astype("int64").tolist())
     rows = sync[(sync["sync_type"].astype(object) != "stream_wait_event") & ~sync["correlation_id"].isin(seen)]
     cols = ["name", "start_ns", "end_ns", "dur_ns", "op_name"]
     both = pd.concat([calls[cols].assign(region=calls["region"]), rows[cols].assign(region=None)], ignore_index=True)
