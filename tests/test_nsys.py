@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 import traceconv
+import traceconv.readers
 from traceconv.cli import main
 from traceconv.errors import InputError, UnsupportedFormatError
 
@@ -33,7 +34,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
 STATS = FIXTURES / "nsys-stats"
 FIXED = FIXTURES / "fixed.sqlite"
 PUBLIC = CORPUS / "public"
-EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.glob("*.sqlite")}, key=lambda p: (p.name, str(p)))
+EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
 COPY = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 STATS_COPY = {"[CUDA memcpy Host-to-Device]": "HtoD", "[CUDA memcpy Device-to-Host]": "DtoH",
@@ -352,3 +353,11 @@ def test_a_damaged_export_names_the_file_and_table(tmp_path: Path) -> None:
         traceconv.read(path)
     result = CliRunner().invoke(main, ["nsys", str(path)])
     assert result.exit_code == 3 and "Traceback" not in result.output
+
+
+def test_progress_reaches_the_file_size() -> None:
+    seen: list[tuple[int, int]] = []
+    reader = traceconv.readers.open_reader(FIXED, progress=lambda done, total: seen.append((done, total)))
+    assert sum(t.num_rows for t in reader.tables()) == 8122
+    size = FIXED.stat().st_size
+    assert seen[-1] == (size, size) and [d for d, _ in seen] == sorted(d for d, _ in seen)

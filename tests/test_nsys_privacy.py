@@ -24,7 +24,7 @@ from traceconv.readers.nsys_privacy import REDACTED, redact_arguments, redact_va
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nsys"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
-EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.glob("*.sqlite")}, key=lambda p: (p.name, str(p)))
+EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|COOKIE|SESSION", re.IGNORECASE)
 MIN_LEN = 7  # shorter values ("1", "true", "x86_64") occur in any output by chance
 

@@ -11,7 +11,7 @@ its session start. Nothing from the profiled environment is copied unless asked 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceconv import schema as S
+from traceconv.errors import InputError
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.nsys_enums import Enums
 from traceconv.readers.nsys_links import Launches, Ranges, launch_columns, launch_index, launch_threads
@@ -47,7 +48,7 @@ from traceconv.readers.nsys_tables import (
 
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH)  # rows with a correlation id to a launching call
 GPU_ROWS = (KERNEL, MEMCPY, MEMSET)  # the schema's GPU kinds
-WORKERS = 4  # tables read at once: SQLite, Arrow and numpy release the GIL
+WORKERS = 2  # tables read at once: SQLite, Arrow and numpy release the GIL
 CUDA_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, GRAPH)
 
 
@@ -68,9 +69,8 @@ class NsysReader:
             check_export(db)
             offset = self._describe(db)
             strings = Strings(db)
-            parts = self._parts(db, strings, Enums(db))
-            names = Names(db, strings)
-            yield from self._finish(parts, names, offset)
+            present = self._present(db, strings, Enums(db))
+            yield from self._stream(db, present, Names(db, strings), offset)
         finally:
             db.close()
         unlinked = self.info.counters.get("gpu_rows_without_launch", 0)
@@ -95,46 +95,49 @@ class NsysReader:
         self.info.metadata = meta
         return start or 0
 
-    def _parts(self, db: Database, strings: Strings, enums: Enums) -> list[Part]:
-        readers = [(NVTX, lambda: nvtx(db, strings)), (RUNTIME, lambda: apis(db, strings, RUNTIME)),
-                   (KERNEL, lambda: kernels(db, strings)), (MEMCPY, lambda: memcpys(db, enums)),
-                   (MEMSET, lambda: memsets(db, enums)), (SYNC, lambda: syncs(db, enums)),
-                   (GRAPH, lambda: graphs(db)), (OSRT, lambda: apis(db, strings, OSRT))]
-        present = [(table, read) for table, read in readers if db.has(table)]
-        size, done = os.path.getsize(self.path), 0
-        parts = []
-        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-            read = pool.map(lambda item: _sorted(item[1]()), present)
-            for (table, _), part in zip(present, read, strict=True):
-                self.info.notes.extend(part.notes)
-                self.info.counters[f"rows_{table}"] = part.n
-                parts.append(part)
-                done += 1
-                if self._progress is not None:
-                    self._progress(size * done // (len(present) + 1), size)
+    def _present(self, db: Database, strings: Strings, enums: Enums) -> list[tuple[str, Callable[[], Part]]]:
+        """The converted tables this export has, in event-id order (NVTX and API calls first: links need them)."""
+        readers: list[tuple[str, Callable[[], Part]]] = [
+            (NVTX, lambda: nvtx(db, strings)), (RUNTIME, lambda: apis(db, strings, RUNTIME)),
+            (KERNEL, lambda: kernels(db, strings)), (MEMCPY, lambda: memcpys(db, enums)),
+            (MEMSET, lambda: memsets(db, enums)), (SYNC, lambda: syncs(db, enums)),
+            (GRAPH, lambda: graphs(db)), (OSRT, lambda: apis(db, strings, OSRT))]
         if not any(db.has(t) for t in CUDA_TABLES):
             self.info.notes.append("the export has no CUDA tables (profiled without `-t cuda`?): "
                                    "no kernels, copies or API calls to convert")
         skipped = unconverted(db, {table for table, _ in readers})
         if skipped:
             self.info.notes.append("not converted (no place in the unified schema yet): " + ", ".join(skipped))
-        return parts
+        return [(table, read) for table, read in readers if db.has(table)]
 
-    def _finish(self, parts: list[Part], names: Names, offset: int) -> Iterator[pa.Table]:
-        first: dict[str, int] = {}
-        total = 0
-        for part in parts:
-            first[part.table] = total
-            total += part.n
-        by_table = {p.table: p for p in parts}
-        ranges = Ranges.of(by_table.get(NVTX), first.get(NVTX, 0))
-        api = by_table.get(RUNTIME)
-        launches = Launches(api, first[RUNTIME]) if api is not None else None
-        for part in parts:
-            cols = self._links(part, launches, ranges, offset)
-            cols["process_name"] = names.processes(part.gpid)
-            cols["thread_name"] = names.threads(part.gtid)
-            yield self._table(part, cols, first[part.table], offset)
+    def _stream(self, db: Database, present: list[tuple[str, Callable[[], Part]]], names: Names,
+                offset: int) -> Iterator[pa.Table]:
+        """Read every table in worker threads and yield each as soon as its links can be made, so
+        that writing the first tables overlaps reading the next (SQLite, Arrow and Parquet release
+        the GIL)."""
+        counts = {table: db.count(table) for table, _ in present}
+        first = dict(zip(counts, np.cumsum([0, *counts.values()])[:-1].tolist(), strict=True))
+        pool = ThreadPoolExecutor(max_workers=WORKERS)
+        try:
+            futures = {table: pool.submit(_sorted_read, read) for table, read in present}
+            nvtx_part = futures[NVTX].result() if NVTX in futures else None
+            ranges = Ranges.of(nvtx_part, first.get(NVTX, 0))
+            launches = Launches(futures[RUNTIME].result(), first[RUNTIME]) if RUNTIME in futures else None
+            size = os.path.getsize(self.path)
+            for done, (table, _) in enumerate(present, 1):
+                part = futures[table].result()
+                if part.n != counts[table]:
+                    raise InputError(self.path, f"table {table} changed while it was read", "convert a copy of it")
+                self.info.notes.extend(part.notes)
+                self.info.counters[f"rows_{table}"] = part.n
+                cols = self._links(part, launches, ranges, offset)
+                cols["process_name"] = names.processes(part.gpid)
+                cols["thread_name"] = names.threads(part.gtid)
+                yield self._table(part, cols, first[table], offset)
+                if self._progress is not None:
+                    self._progress(size * done // len(present), size)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _links(self, part: Part, launches: Launches | None, ranges: Ranges, offset: int) -> dict[str, Col]:
         cols = self._gpu_links(part, launches, ranges, offset)
@@ -179,6 +182,10 @@ class NsysReader:
         cols["end_ns"] = pa.array(part.end + offset, mask=~ended)
         cols["dur_ns"] = pa.array(part.end - part.start, mask=~ended)
         return S.conform(dict(cols), n)
+
+
+def _sorted_read(read: Callable[[], Part]) -> Part:
+    return _sorted(read())
 
 
 def _sorted(part: Part) -> Part:
