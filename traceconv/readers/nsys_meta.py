@@ -73,7 +73,7 @@ def unconverted(db: Database, converted: set[str]) -> list[str]:
             continue
         count = db.count(table)
         if count:
-            out.append(f"{table} ({count:,} rows)")
+            out.append(f"{table} ({count:,} row{'' if count == 1 else 's'})")
     return out
 
 
