@@ -1,0 +1,1 @@
+"""Broken inputs made from real traces (make_broken.py)."""
