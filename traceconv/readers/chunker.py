@@ -12,7 +12,9 @@ it with its absolute byte offset.
 from __future__ import annotations
 
 import gzip
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
@@ -122,24 +124,26 @@ class EventChunks:
         except OSError as exc:
             raise InputError(self.path, f"cannot be read ({exc.strerror or exc})", "check the path") from exc
         with fh:
-            raw = getattr(fh, "fileobj", fh)
-            buf, eof = self._header(fh, raw)
-            for decoded in self._events(fh, raw, buf, eof):
-                self.events += len(decoded)
-                yield decoded
+            blocks = _Prefetch(fh)
+            try:
+                buf, eof = self._header(blocks, blocks)
+                for decoded in self._events(blocks, blocks, buf, eof):
+                    self.events += len(decoded)
+                    yield decoded
+            finally:
+                blocks.close()
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, fh: IO[bytes], raw: Any) -> bytes:
+    def _read(self, fh: Any, raw: Any) -> bytes:
         if self._cut_short:
             return b""
         try:
-            data = fh.read(BLOCK)
+            data, compressed = fh.read()
         except (OSError, EOFError, zlib.error) as exc:
             # A gzip stream cut short or damaged: what came before it is still good.
             self._cut_short = f"the gzip stream is damaged or cut short after {self._decompressed:,} bytes ({exc})"
             return b""
         self._decompressed += len(data)
-        compressed = raw.tell() if raw is not fh and hasattr(raw, "tell") else None
         if compressed and self._decompressed > MAX_EVENT and self._decompressed > MAX_RATIO * compressed:
             raise InputError(self.path, f"decompresses to over {MAX_RATIO}x its size "
                              f"({self._decompressed:,} bytes from {compressed:,}); refusing a likely gzip bomb",
@@ -147,7 +151,7 @@ class EventChunks:
         return data
 
     # -- header ---------------------------------------------------------------------
-    def _header(self, fh: IO[bytes], raw: Any) -> tuple[bytearray, bool]:
+    def _header(self, fh: Any, raw: Any) -> tuple[bytearray, bool]:
         buf = bytearray()
         eof = False
         while True:
@@ -196,7 +200,7 @@ class EventChunks:
         return obj
 
     # -- events ---------------------------------------------------------------------
-    def _events(self, fh: IO[bytes], raw: Any, buf: bytearray, eof: bool) -> Iterator[Sized]:
+    def _events(self, fh: Any, raw: Any, buf: bytearray, eof: bool) -> Iterator[Sized]:
         pos = _skip_ws(buf, 0)
         del buf[:pos]
         self._offset += pos
@@ -315,6 +319,58 @@ class EventChunks:
         what = re.sub(r"^JSON is malformed: |\s*\(byte \d+\)$", "", str(exc))
         raise InputError(self.path, f"invalid JSON at byte {at:,}: {what}",
                          "the trace is damaged; use --salvage to keep the readable events")
+
+
+class _Prefetch:
+    """Reads (and decompresses) the next blocks in a thread while the caller parses: zlib and
+    file reads release the GIL, so gzip input costs little more than plain JSON."""
+
+    def __init__(self, fh: IO[bytes], depth: int = 3) -> None:
+        self._fh = fh
+        self._raw = getattr(fh, "fileobj", None)
+        self._queue: queue.Queue[tuple[bytes, int | None, BaseException | None]] = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._position = 0
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="traceconv-read", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._fh.read(BLOCK)
+                item: tuple[bytes, int | None, BaseException | None] = (
+                    data, self._raw.tell() if self._raw is not None else None, None)
+            except BaseException as exc:  # handed to the parser, which decides
+                item, data = (b"", None, exc), b""
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not data:
+                return
+
+    def read(self) -> tuple[bytes, int | None]:
+        """The next block and the compressed bytes consumed so far (None for plain files)."""
+        if self._done:
+            return b"", None
+        data, compressed, error = self._queue.get()
+        if error is not None:
+            self._done = True
+            raise error
+        if not data:
+            self._done = True
+        self._position = compressed if compressed is not None else self._position + len(data)
+        return data, compressed
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _array_end(buf: bytes) -> int | None:
