@@ -34,29 +34,9 @@ TIMEOUT = 60  # seconds per command: a hang fails the case instead of the whole 
 MAX_RSS = 1 << 30  # bytes: hostile inputs must be refused in bounded memory
 KNOWN = b"an existing output file that a failed run must leave alone\n"
 
-# Cases the implementation does not meet yet: strict, so that they fail once fixed.
-_MISFIT = "a value of the wrong type before a syntax error: msgspec.DecodeError escapes, exit 1"
-_GZ_CUT = "a gzip stream cut short loses what the failing read had decompressed"
-PENDING: dict[str, str] = {
-    "train_buggy.gzcut0.json.gz": _GZ_CUT,
-    "train_buggy.gzcut1.json.gz": _GZ_CUT,
-    "streams_memcpy.gzcut0.json.gz": _GZ_CUT,
-    "streams_memcpy.dialect_control_tab.json": "a raw TAB inside a name is not repaired",
-    "streams_memcpy.dialect_utf8.json": "invalid UTF-8 in names, with no other defect, is reported as truncation",
-    "streams_memcpy.dialect_utf8_args.json": "invalid UTF-8 in string arguments: ArrowInvalid, exit 1",
-    "streams_memcpy.dialect_trailing_comma_array.json": "a trailing comma after the last event is not repaired",
-    "streams_memcpy.flip_name_space.json": _MISFIT,
-    "streams_memcpy.flip_first_brace.json": _MISFIT,
-}
-_AT_BRACE = "a trace cut just after an event's closing brace is salvaged with exit 0, not 6"
-PENDING_SALVAGE: dict[str, str] = {
-    "streams_memcpy.trunc_after_brace.json.tmp": _AT_BRACE,
-    "cuda_graph.trunc_after_brace.json.tmp": _AT_BRACE,
-    "train_buggy.gzcut0.json.gz": _GZ_CUT,
-    "train_buggy.gzcut1.json.gz": _GZ_CUT,
-    "streams_memcpy.gzcut0.json.gz": _GZ_CUT,
-    "streams_memcpy.flip_name_space.json": _MISFIT,
-}
+# Cases the implementation does not meet yet (strict xfail, so that they fail once fixed): none today.
+PENDING: dict[str, str] = {}
+PENDING_SALVAGE: dict[str, str] = {}
 
 
 def _collect() -> tuple[list[dict[str, Any]], dict[str, str]]:

@@ -136,12 +136,7 @@ def mutate(data: bytes, edits: list[tuple[str, float, int]]) -> bytes:
     return bytes(out)
 
 
-_ESCAPES = ("lead: not implemented yet (a value of the wrong type before a syntax error in the same chunk: "
-            "msgspec.DecodeError escapes kineto_decode._generic)")
-
-
-@pytest.mark.xfail(strict=True, reason=_ESCAPES)
-@PENDING_PROPERTY
+@PROPERTY
 @given(name=st.sampled_from(SMALL), edits=st.lists(mutation, min_size=1, max_size=3), salvage=st.booleans())
 def test_damaged_bytes_never_crash_and_invent_at_most_one_event_each(
         name: str, edits: list[tuple[str, float, int]], salvage: bool) -> None:
@@ -153,7 +148,6 @@ def test_damaged_bytes_never_crash_and_invent_at_most_one_event_each(
     assert foreign(result, EVENTS[name]) <= len(edits)
 
 
-@pytest.mark.xfail(strict=True, reason=_ESCAPES)
 @pytest.mark.parametrize("salvage", [False, True])
 @pytest.mark.parametrize("edits", [[("brace", 0x20)], [("space", 0x10)]], ids=["first_brace", "name_space"])
 def test_single_bit_flips_found_by_the_property_above(edits: list[tuple[str, int]], salvage: bool) -> None:
@@ -182,8 +176,8 @@ def test_structural_damage_is_located_and_salvage_drops_only_the_damaged_events(
 
 
 # -- dialects ----------------------------------------------------------------------------------
-REPAIRED = ["quotes", "backslash", "control", "control_args", "bare_inf", "bare_nan", "bare_na", "trailing_comma_args"]
-PENDING = ["control_tab", "utf8", "utf8_args", "trailing_comma_array"]  # see the xfail below
+REPAIRED = ["quotes", "backslash", "control", "control_args", "bare_inf", "bare_nan", "bare_na", "trailing_comma_args",
+            "control_tab", "utf8", "utf8_args", "trailing_comma_array"]
 
 
 def dialect_check(name: str, dialects: list[str], seed: int) -> None:
@@ -212,14 +206,6 @@ def dialect_check(name: str, dialects: list[str], seed: int) -> None:
                                                            unique=True), seed=st.integers(0, 2**32))
 def test_dialects_are_repaired_and_every_event_kept(name: str, dialects: list[str], seed: int) -> None:
     dialect_check(name, dialects, seed)
-
-
-@pytest.mark.xfail(strict=True, reason="lead: not implemented yet (raw TAB in names, invalid UTF-8 alone or in "
-                                       "arguments, trailing comma after the last event)")
-@settings(PENDING_PROPERTY, max_examples=12)
-@given(name=st.sampled_from(SMALL[:2]), dialect=st.sampled_from(PENDING), seed=st.integers(0, 2**32))
-def test_pending_dialects_are_repaired_and_every_event_kept(name: str, dialect: str, seed: int) -> None:
-    dialect_check(name, [dialect], seed)
 
 
 # -- round trip of valid inputs ---------------------------------------------------------------

@@ -167,7 +167,8 @@ def read_unified(path: str | Path, kinds: Sequence[str] | None = None,
         df = traceconv.read_unified("trace.parquet", kinds=["kernel"], columns=["name", "dur_ns"])
     """
     table = read_table(Path(path), kinds, columns)
-    return table.to_pandas(types_mapper=_nullable)
+    frame: pd.DataFrame = table.to_pandas(types_mapper=_nullable)
+    return frame
 
 
 def _nullable(typ: pa.DataType) -> Any:

@@ -11,12 +11,12 @@ it with its absolute byte offset.
 
 from __future__ import annotations
 
-import gzip
 import queue
 import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sized
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -57,7 +57,9 @@ class Damage:
     events_skipped: int = 0
     bytes_skipped: int = 0
     first_offset: int | None = None
+    truncated: bool = False  # the document ended early, even if on an event boundary
     notes: list[str] = field(default_factory=list)
+    repairs: Counter[str] = field(default_factory=Counter)
 
     def skip(self, offset: int, nbytes: int, events: int = 1) -> None:
         self.events_skipped += events
@@ -79,8 +81,66 @@ def open_binary(path: Path) -> IO[bytes]:
     magic = fh.read(2)
     fh.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+        return _Gunzip(fh)  # type: ignore[return-value]
     return fh
+
+
+class _Gunzip:
+    """Streaming gzip (all members) that hands out every byte decompressed before a cut or
+    damage, then raises: ``gzip.GzipFile`` loses the block in which the stream ends early."""
+
+    def __init__(self, fileobj: IO[bytes]) -> None:
+        self.fileobj = fileobj
+        self._d = zlib.decompressobj(31)
+        self._fed = False  # has the current member's decompressor seen any input?
+        self._input = b""
+        self._error: BaseException | None = None
+
+    def read(self, size: int) -> bytes:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        out: list[bytes] = []
+        have = 0
+        while have < size:
+            try:
+                data = self._more()
+                if data is None:
+                    break
+                piece = self._d.decompress(data, size - have)
+                self._fed = True
+            except (OSError, EOFError, zlib.error) as exc:
+                if not out:
+                    raise
+                self._error = exc  # first the good bytes, the error on the next call
+                break
+            self._input = self._d.unconsumed_tail
+            out.append(piece)
+            have += len(piece)
+            if self._d.eof:
+                rest = self._d.unused_data.lstrip(b"\x00")  # another member may follow
+                self._d, self._input, self._fed = zlib.decompressobj(31), rest, False
+        return b"".join(out)
+
+    def _more(self) -> bytes | None:
+        """Compressed input to feed next; None at a clean end; EOFError at a cut."""
+        if self._input:
+            return self._input
+        data = self.fileobj.read(1 << 20)
+        if data:
+            return data
+        if self._d.eof or not self._fed:  # at a member boundary: a clean end
+            return None
+        raise EOFError("the compressed stream ends before its end marker")
+
+    def close(self) -> None:
+        self.fileobj.close()
+
+    def __enter__(self) -> _Gunzip:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _skip_ws(buf: bytes | bytearray, i: int) -> int:
@@ -134,7 +194,7 @@ class EventChunks:
                 blocks.close()
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, fh: Any, raw: Any) -> bytes:
+    def _read(self, fh: _Prefetch, raw: Any) -> bytes:
         if self._cut_short:
             return b""
         try:
@@ -264,6 +324,9 @@ class EventChunks:
             yield from self._truncated(buf)
             return
         body = buf[:end].rstrip()
+        if body.endswith(b","):  # `},\n]`: a trailing comma after the last event
+            body = body[:-1].rstrip()
+            self.damage.repairs["trailing commas removed"] += 1
         if body:
             try:
                 yield self.decode(body)
@@ -282,7 +345,8 @@ class EventChunks:
         if not self.salvage:
             raise InputError(self.path, reason,
                              f"use --salvage to keep the {count:,} complete events before it")
-        self.damage.skip(self._offset + end, len(buf) - end, events=1 if buf[end:].strip() else 0)
+        self.damage.truncated = True
+        self.damage.skip(self._offset + end, len(buf) - end, events=1 if buf[end:].strip(b" \t\r\n,") else 0)
         self.damage.notes.append(reason)
         if kept is not None:
             yield kept

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -72,6 +73,7 @@ class ChunkContext:
     first_event_id: int
     exact: bool
     unpadded: bool
+    repairs: Counter[str] = field(default_factory=Counter)
 
 
 def times_ns(values: list[Any], exact: bool, unpadded: bool) -> pa.Array:
@@ -118,13 +120,27 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     dur = pc.if_else(pc.and_(pc.is_null(dur), pc.is_valid(start)), pa.scalar(0, pa.int64()), dur)
     cols["start_ns"], cols["dur_ns"], cols["end_ns"] = start, dur, pc.add(start, dur)
     cols["flow_id"] = numbers([e.id for e in events], pa.int64())
-    cols["args"] = pa.array([bytes(e.args) or None for e in events], pa.binary()).cast(pa.string())
+    cols["args"] = _utf8(pa.array([bytes(e.args) or None for e in events], pa.binary()), ctx.repairs)
     cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)')
     cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)')
     cols["api_class"] = _api_class(cat, kinds)
     _gpu_detail(cols, decoded, kinds, name, n)
     _memory_detail(cols, decoded, kinds, n)
     return S.conform(cols, n)
+
+
+def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:
+    """Arguments as text; invalid UTF-8 (Python frames in older traces) replaced, and counted."""
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        fixed = []
+        for value in raw.to_pylist():
+            text = value.decode("utf-8", errors="replace") if value is not None else None
+            if text is not None and value.decode("utf-8", errors="ignore") != text:
+                repairs["invalid UTF-8 bytes replaced"] += 1
+            fixed.append(text)
+        return pa.array(fixed, pa.string())
 
 
 def _arg_int(args: pa.Array, pattern: str) -> pa.Array:

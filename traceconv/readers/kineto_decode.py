@@ -150,11 +150,15 @@ def decode_events(chunk: bytes, exact: bool) -> Decoded:
     """The events of one chunk (raises :class:`ChunkDecodeError`)."""
     data = _wrap(chunk)
     try:
-        return Decoded((_EXACT if exact else _EVENTS).decode(data), exact)
-    except msgspec.ValidationError:
-        return Decoded(_generic(data, exact), exact)
+        try:
+            return Decoded((_EXACT if exact else _EVENTS).decode(data), exact)
+        except msgspec.ValidationError:
+            return Decoded(_generic(data, exact), exact)
     except msgspec.DecodeError as exc:
-        raise ChunkDecodeError(_position(exc), str(exc)) from None
+        text = str(exc)
+        # No position: msgspec only omits it for truncation (a bad cut) and invalid UTF-8.
+        pos = _position(exc) if "UTF-8" not in text else 1
+        raise ChunkDecodeError(pos, text) from None
     except RecursionError:
         raise ChunkDecodeError(1, "values nested too deeply") from None
 

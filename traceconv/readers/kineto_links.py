@@ -117,7 +117,7 @@ class LinkIndex:
     def finalize(self, op_tables: Iterable[pa.Table]) -> None:
         self.api = {f: _cat(v) for f, v in self._api.items()}
         self.gpu = {f: _cat(v) for f, v in self._gpu.items()}
-        self._api = self._gpu = {}  # type: ignore[assignment]
+        self._api, self._gpu = {}, {}
         resolver = _OpResolver(self.api, self.gpu)
         for ops in op_tables:
             resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})

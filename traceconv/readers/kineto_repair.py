@@ -17,6 +17,7 @@ from traceconv.readers.chunker import CUT, EVENT_END, ChunkDecodeError, Damage, 
 from traceconv.readers.kineto_decode import Decoded
 
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_STRING_ON_LINE = re.compile(rb'"(?:[^"\\\n]|\\.)*"')  # tabs and CRs inside are not JSON
 _ESCAPE = re.compile(rb'\\(u[0-9a-fA-F]{4}|["\\/bfnrt]|.?)', re.S)
 _BARE = re.compile(rb"(?<=[:\[,])(\s*)(-?inf(?:inity)?|-?Infinity|NaN|nan|N/A)(?=\s*[,}\]])")
 _TRAILING_COMMA = re.compile(rb",(\s*[}\]])")
@@ -66,6 +67,8 @@ def _utf8(chunk: bytes) -> tuple[bytes, int]:
 REPAIRS: tuple[tuple[str, Callable[[bytes], tuple[bytes, int]]], ...] = (
     ("invalid UTF-8 bytes replaced", _utf8),
     ("raw control bytes escaped", lambda b: _CONTROL.subn(lambda m: b"\\u%04x" % m.group(0)[0], b)),
+    ("raw tab and CR control characters in strings escaped",
+     _changed(_STRING_ON_LINE, lambda m: m.group(0).replace(b"\t", b"\\t").replace(b"\r", b"\\r"))),
     ("unescaped quotes in names escaped", _changed(_NAME_LINE, _fix_name)),
     ("invalid backslash escapes doubled", _changed(_ESCAPE, _fix_escape)),
     ("bare inf/NaN/N/A values quoted", lambda b: _BARE.subn(rb'\1"\2"', b)),

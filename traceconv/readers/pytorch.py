@@ -70,7 +70,8 @@ class PytorchReader:
         gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
         try:
             for decoded in chunks:
-                table = build(decoded, ChunkContext(self._events, decoded.exact, bool(self._unpadded)))
+                table = build(decoded, ChunkContext(self._events, decoded.exact, bool(self._unpadded),
+                                                    chunks.damage.repairs))
                 del decoded
                 self._events += table.num_rows
                 ops = index.add(table)
@@ -95,11 +96,11 @@ class PytorchReader:
         self.info.counters["events"] = self._events
 
     def _record_damage(self, damage: Damage, robust: RobustDecoder) -> None:
-        for label, count in sorted(robust.repairs.items()):
+        for label, count in sorted((robust.repairs + damage.repairs).items()):
             self.info.notes.append(f"repaired invalid JSON as older Kineto wrote it: {label} ({count:,})")
             self.info.counters["repairs"] = self.info.counters.get("repairs", 0) + count
         self.info.notes.extend(damage.notes)
-        if damage.events_skipped or damage.bytes_skipped:
+        if damage.events_skipped or damage.bytes_skipped or damage.truncated:
             self.info.counters["events_skipped"] = damage.events_skipped
             self.info.counters["bytes_skipped"] = damage.bytes_skipped
             self.info.partial = True
