@@ -93,6 +93,9 @@ def _report(job: Job, rows: int, kinds: dict[str, int], span_ns: int | None, ela
 
 def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
     from traceconv.io import convert
+    from traceconv.lean import skip_pandas_probe
+
+    skip_pandas_probe()
 
     partial: list[Job] = []
     for job in jobs:
