@@ -52,7 +52,14 @@ def test_the_fix_removes_dtoh_copies_item_syncs_and_the_copy_finding(before: Pat
     kept = [o for o in delta["sync"]["ops"] if o["status"] == "kept"]
     assert sum(o["before"] for o in gone) == 3.0  # the weights' .to(), .item() and .cpu()
     assert all("data_to_gpu" in (o["name"], o["region"]) and o["count"] == 0 for o in kept)
-    assert delta["findings"]["gone"] == ["HOST_DEVICE_COPIES"] and delta["findings"]["new"] == []
+    # by kind: the host no longer waits for GPU results; it still waits for the input batch to be staged
+    waits, staging = (tuple(side["sync"][k]["count"] for side in (b, a)) for k in ("result_waits", "staging"))
+    assert (waits, staging) == ((2.0, 0.0), (3.0, 2.0))
+    assert (delta["sync"]["result_waits"]["count"], delta["sync"]["staging"]["count"]) == (-2.0, -1.0)
+    assert delta["sync"]["result_waits"]["dur_ns"] == -b["sync"]["result_waits"]["dur_ns"] < 0
+    assert all(o["status"] == "disappeared" for o in delta["sync"]["result_waits"]["ops"])
+    assert sorted(delta["findings"]["gone"]) == ["HOST_DEVICE_COPIES", "SYNC_STALLS"]
+    assert delta["findings"]["new"] == [] and "PAGEABLE_COPIES" in [k["code"] for k in delta["findings"]["kept"]]
     assert a["step_ns"] < b["step_ns"] and delta["step_ns"] == a["step_ns"] - b["step_ns"]
 
 
@@ -97,7 +104,8 @@ def test_cli_json_has_before_after_delta_and_table_fits_100_columns() -> None:
     table = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED)])
     lines = table.output.splitlines()
     assert max(map(len, lines)) <= 100
-    assert "gone: HOST_DEVICE_COPIES" in lines
+    assert "gone: HOST_DEVICE_COPIES, SYNC_STALLS" in lines
+    assert "result waits 2 -> 0, pageable staging 3 -> 2" in lines
     assert any(line.startswith("DtoH") and line.endswith("disappeared") for line in lines)
 
 

@@ -330,8 +330,8 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     """Where the time goes and what is wasteful: operators, kernels, copies, syncs, findings.
 
     TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
-    file. Findings (HOST_DEVICE_COPIES, SYNC_STALLS, GPU_IDLE, QUEUE_WAIT, LOW_OCCUPANCY,
-    TINY_KERNELS) are measured on the steps when the trace marks them (ProfilerStep#N,
+    file. Findings (HOST_DEVICE_COPIES, SYNC_STALLS, PAGEABLE_COPIES, GPU_IDLE, QUEUE_WAIT,
+    LOW_OCCUPANCY, TINY_KERNELS) are measured on the steps when the trace marks them (ProfilerStep#N,
     NVTX step_N), else on the whole window. JSON gives nanoseconds and bytes.
 
     Example:

@@ -22,6 +22,7 @@ FORMATS_SUPPORTED = ("table", "json", "markdown")
 TABLE_WIDTH = 100
 _SHORT_LISTS = 5  # rows of the ranges and kernels tables in a terminal
 _MIN_NAME = 12  # the name column shrinks to this before a table may exceed the width
+SYNC_KINDS = {"result_waits": "result waits", "staging": "pageable staging"}  # keys of the sync JSON
 
 
 def json_text(data: dict[str, Any]) -> str:
@@ -225,13 +226,16 @@ def _with_dims(o: dict[str, Any]) -> str:
     return f"{o['name']} {dims}{more}" if dims else o["name"]
 
 
+def op_label(o: dict[str, Any]) -> str:
+    """An operator of a copy or sync, with the annotation around it."""
+    return str(o["name"]) + (f" in {o['region']}" if o.get("region") else "")
+
+
 def copy_rows(memcpy: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for direction, c in memcpy.items():
         ops = c.get("ops") or []
-        issuer = ", ".join(
-            f"{o['name']}{' in ' + o['region'] if o.get('region') else ''} x{o['count']}" for o in ops[:2]
-        )
+        issuer = ", ".join(f"{op_label(o)} x{o['count']}" for o in ops[:2])
         rows.append({**c, "dir": direction, "mb": c["bytes"] / 1e6, "issuer": issuer})
     return rows
 
@@ -239,21 +243,22 @@ def copy_rows(memcpy: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def _syncs(doc: Doc, d: dict[str, Any]) -> None:
     s = d["sync"]
     calls = ", ".join(f"{c['name']} x{c['count']}" for c in s["calls"]) or "none"
-    doc.heading(f"Synchronisations ({s['count']}, host blocked {us(s['dur_ns'])})")
+    doc.heading(f"Synchronisations ({s['count']}, host blocked {us(s['dur_ns'])}; {_sync_kinds(s, 1)})")
     doc.line(calls)
     if s["ops"]:
-        doc.line(
-            "from: "
-            + "; ".join(f"{o['name']}{' in ' + o['region'] if o.get('region') else ''} x{o['count']}" for o in s["ops"])
-        )
+        doc.line("from: " + "; ".join(f"{op_label(o)} x{o['count']}" for o in s["ops"]))
     st = d["steps"]
     if st:
         n = st["count"]
         copies = ", ".join(f"{k} {v['count'] / n:.1f} ({mb(v['bytes'] / n)})" for k, v in st["memcpy"].items())
         doc.line(
-            f"Per step ({n} steps): syncs {st['sync']['count'] / n:.1f} ({us(st['sync']['dur_ns'] / n)}); "
-            f"copies {copies or 'none'}"
+            f"Per step ({n} steps): syncs {st['sync']['count'] / n:.1f} ({us(st['sync']['dur_ns'] / n)}; "
+            f"{_sync_kinds(st['sync'], n)}); copies {copies or 'none'}"
         )
+
+
+def _sync_kinds(s: dict[str, Any], n: int) -> str:
+    return ", ".join(f"{w} {s[k]['count'] / n:g}" for k, w in SYNC_KINDS.items())
 
 
 def _memory(doc: Doc, memory: dict[str, dict[str, int]]) -> None:
@@ -302,6 +307,7 @@ DELTA_COPY_COLS = [
     Col("Status", "status"),
 ]
 DELTA_SYNC_COLS = [
+    Col("Kind", "kind"),
     Col("Before", "before", "pct"),
     Col("After", "after", "pct"),
     Col("Status", "status"),
@@ -338,10 +344,9 @@ def diff_text(d: dict[str, Any], fmt: str, before: str, after: str, width: int =
         f"Synchronisations per {unit}: {b['sync']['count']:g} -> {a['sync']['count']:g} "
         f"({us(b['sync']['dur_ns'])} -> {us(a['sync']['dur_ns'])} blocked)"
     )
-    doc.table(
-        [{**o, "label": o["name"] + (f" in {o['region']}" if o.get("region") else "")} for o in delta["sync"]["ops"]],
-        DELTA_SYNC_COLS,
-    )
+    doc.line(", ".join(f"{w} {b['sync'][k]['count']:g} -> {a['sync'][k]['count']:g}" for k, w in SYNC_KINDS.items()))
+    rows = [{**o, "kind": w, "label": op_label(o)} for k, w in SYNC_KINDS.items() for o in delta["sync"][k]["ops"]]
+    doc.table(rows, DELTA_SYNC_COLS)
     doc.heading(f"Operators per {unit}, biggest change first")
     doc.table([_flat(o, "gpu_self_ns", "calls", "gpu", "calls") for o in delta["top_ops"]], DELTA_OP_COLS)
     doc.heading(f"Kernels per {unit}, biggest change first")

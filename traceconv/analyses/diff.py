@@ -4,6 +4,7 @@ Each side is measured like ``summary`` on its steps (or whole window), then divi
 step count, so that runs with different numbers of steps compare. The JSON form has
 ``before`` and ``after`` (the keys of ``summary``, per step) and ``delta`` (after minus
 before, with the operators, kernels and copy directions that appeared or disappeared).
+Syncs are given in all and by kind, ``result_waits`` and ``staging``, each with its causes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from traceconv.analyses.findings import DEFAULTS, Finding, Thresholds, evaluate
 from traceconv.analyses.prepare import STEP_PATTERN, prepare
 from traceconv.analyses.stats import Scope, ScopeStats, measure, step_scope, window_scope
 from traceconv.analyses.summary import DEFAULT_TOP
+from traceconv.analyses.transfers import SYNC_KINDS
 
 _OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
 _KERNEL_MEASURES = ("count", "dur_ns", "queue_ns")
@@ -82,13 +84,7 @@ def side_dict(side: Side, top: int) -> dict[str, Any]:
         "top_ops": _per_rows(s.ops, ("name", *_OP_MEASURES), n, top),
         "top_kernels": _per_rows(s.kernels, ("name", *_KERNEL_MEASURES), n, top),
         "memcpy": {k: {m: _per(v[m], n, count=m == "count") for m in _COPY_MEASURES} for k, v in s.memcpy.items()},
-        "sync": {
-            "count": _per(s.sync["count"], n, count=True),
-            "dur_ns": _per(s.sync["dur_ns"], n),
-            "ops": [
-                {**o, "count": _per(o["count"], n, count=True), "dur_ns": _per(o["dur_ns"], n)} for o in s.sync["ops"]
-            ],
-        },
+        "sync": {**_sync_per(s.sync, n), **{k: _sync_per(s.sync[k], n) for k in SYNC_KINDS}},
         "findings": [f.as_dict() for f in side.findings],
     }
 
@@ -107,9 +103,8 @@ def delta(d: Diff, b: dict[str, Any], a: dict[str, Any], top: int) -> dict[str, 
         ),
         "memcpy": _dict_delta(b["memcpy"], a["memcpy"], _COPY_MEASURES),
         "sync": {
-            "count": round(a["sync"]["count"] - b["sync"]["count"], 2),
-            "dur_ns": a["sync"]["dur_ns"] - b["sync"]["dur_ns"],
-            "ops": _sync_ops_delta(b["sync"]["ops"], a["sync"]["ops"]),
+            **_sync_delta(b["sync"], a["sync"]),
+            **{k: _sync_delta(b["sync"][k], a["sync"][k]) for k in SYNC_KINDS},
         },
         "findings": _findings_delta(d.before.findings, d.after.findings),
     }
@@ -163,6 +158,20 @@ def _dict_delta(
         item["status"] = _status(x.get(measures[0], 0), y.get(measures[0], 0))
         out[key] = item
     return out
+
+
+def _sync_per(sync: dict[str, Any], n: int) -> dict[str, Any]:
+    """Count, blocked time and causes of syncs (all, or one kind), per step."""
+    ops = [{**o, "count": _per(o["count"], n, count=True), "dur_ns": _per(o["dur_ns"], n)} for o in sync["ops"]]
+    return {"count": _per(sync["count"], n, count=True), "dur_ns": _per(sync["dur_ns"], n), "ops": ops}
+
+
+def _sync_delta(b: dict[str, Any], a: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "count": round(a["count"] - b["count"], 2),
+        "dur_ns": a["dur_ns"] - b["dur_ns"],
+        "ops": _sync_ops_delta(b["ops"], a["ops"]),
+    }
 
 
 def _sync_ops_delta(b: list[dict[str, Any]], a: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -3,8 +3,13 @@
 Each code has one measured ``value`` and one threshold, a field of :class:`Thresholds`
 with the same name. A finding is reported when the value reaches its threshold (for
 ``LOW_OCCUPANCY``: falls below it). Severity is how far past the threshold it is: three
-times or more ``high``, one and a half ``medium``, else ``low``. Findings are measured on
-the steps when the trace marks them, else on the whole profiled window.
+times or more ``high``, one and a half ``medium``, else ``low``; ``PAGEABLE_COPIES`` is
+never more than ``low`` (see :data:`MAX_SEVERITY`). Findings are measured on the steps when
+the trace marks them, else on the whole profiled window.
+
+Host-blocking syncs are of two kinds (:func:`traceconv.analyses.transfers.staging`): the
+host waiting for a GPU result (``SYNC_STALLS``), and the host waiting for a copy from
+pageable memory to be staged (``PAGEABLE_COPIES``).
 """
 
 from __future__ import annotations
@@ -17,9 +22,19 @@ from typing import Any
 from traceconv.analyses.stats import ScopeStats
 from traceconv.errors import UsageError
 
-CODES = ("HOST_DEVICE_COPIES", "SYNC_STALLS", "GPU_IDLE", "QUEUE_WAIT", "LOW_OCCUPANCY", "TINY_KERNELS")
+CODES = (
+    "HOST_DEVICE_COPIES",
+    "SYNC_STALLS",
+    "PAGEABLE_COPIES",
+    "GPU_IDLE",
+    "QUEUE_WAIT",
+    "LOW_OCCUPANCY",
+    "TINY_KERNELS",
+)
 SEVERITIES = ("high", "medium", "low")
 HOST_DEVICE = ("HtoD", "DtoH")
+# The step still needs its input: pinning removes the staging and the wait, not the copy.
+MAX_SEVERITY = {"PAGEABLE_COPIES": "low"}
 
 
 @dataclass(frozen=True)
@@ -27,7 +42,8 @@ class Thresholds:
     """When each finding is reported (``--threshold NAME=VALUE`` on the command line)."""
 
     HOST_DEVICE_COPIES: float = 5.0  # % of GPU time spent in HtoD + DtoH copies
-    SYNC_STALLS: float = 1.0  # host-blocking syncs per step (without steps: syncs followed by more GPU work)
+    SYNC_STALLS: float = 1.0  # syncs per step that wait for a GPU result (no steps: those followed by more GPU work)
+    PAGEABLE_COPIES: float = 1.0  # HtoD copies per step from pageable memory that the host waits for (no steps: all)
     GPU_IDLE: float = 30.0  # % of the time the GPUs sit idle
     QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
     LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
@@ -92,7 +108,9 @@ def _ratio(f: Finding) -> float:
 
 
 def _make(code: str, value: float, threshold: float, message: str, below: bool = False) -> Finding:
-    return Finding(code, _severity(value, threshold, below), message, round(value, 2), threshold)
+    severity = _severity(value, threshold, below)
+    cap = MAX_SEVERITY.get(code, SEVERITIES[0])
+    return Finding(code, max(severity, cap, key=SEVERITIES.index), message, round(value, 2), threshold)
 
 
 def _where(stats: ScopeStats) -> str:
@@ -135,8 +153,8 @@ def host_device_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
     ops = sorted((o for p in parts for o in p["ops"]), key=lambda o: -o["dur_ns"])
     top = f"; {ops[0]['dur_ns'] * 100 / dur:.0f}% from {_causes(ops[:1])}" if ops and dur else ""
     fix = (
-        "create such tensors on the GPU (torch.rand(..., device='cuda')) instead of copying them each step; "
-        "pin host data (pin_memory=True) and copy with non_blocking=True"
+        "create such tensors on the GPU (torch.rand(..., device='cuda')) instead of copying them each step, "
+        "and keep results there (no per-step .cpu())"
     )
     msg = (
         f"{'+'.join(k for k in HOST_DEVICE if k in stats.memcpy)} copies take {value:.1f}% of GPU time "
@@ -146,7 +164,7 @@ def host_device_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
 
 
 def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
-    sync, scope = stats.sync, stats.scope
+    sync, scope = stats.sync["result_waits"], stats.scope
     per_step = scope.name == "steps"
     value = sync["count"] / scope.steps if per_step else float(sync["stalls"])
     if value < t.SYNC_STALLS or not sync["count"]:
@@ -154,17 +172,36 @@ def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
     calls = ", ".join(f"{c['name']} x{c['count']}" for c in sync["calls"][:3])
     causes = _causes(sync["ops"][:4], sync["calls"][:3])
     head = (
-        f"{value:.1f} host syncs per step ({calls} in {scope.steps} steps, "
+        f"{value:.1f} host syncs per step wait for a GPU result ({calls}, "
         f"{_us(sync['dur_ns'] / scope.steps)} blocked per step)"
         if per_step
-        else f"{sync['stalls']} host syncs followed by more GPU work in the profiled window "
-        f"({calls}, {_us(sync['dur_ns'])} blocked)"
+        else f"{sync['stalls']} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
+        f"window ({calls}, {_us(sync['dur_ns'])} blocked)"
     )
     msg = (
         f"{head}, from {causes}. Each drains the GPU queue. Fix: keep values on the GPU "
-        "(no .item()/.cpu()/print in the step); copy from pinned memory with non_blocking=True"
+        "(no .item()/.cpu()/print in the step; log every N steps)"
     )
     return _make("SYNC_STALLS", value, t.SYNC_STALLS, msg)
+
+
+def pageable_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
+    staged, scope = stats.sync["staging"], stats.scope
+    n = scope.steps
+    value = staged["count"] / n
+    if value < t.PAGEABLE_COPIES or not staged["count"]:
+        return None
+    each = " per step" if scope.name == "steps" else ""
+    blocked = staged["copy_call_ns"] + staged["dur_ns"]
+    causes = "; ".join(f"{_op(o)} x{o['count']}" for o in staged["ops"][:4])
+    msg = (
+        f"{value:.1f} HtoD copies{each} ({_mb(staged['bytes'] / n)}) from pageable memory block the host, "
+        f"staged through a pinned buffer: {_us(blocked / n)}{each} ({_us(staged['copy_call_ns'] / n)} in the "
+        f"copy calls, {_us(staged['dur_ns'] / n)} in the syncs after them, which drain the GPU queue); from "
+        f"{causes}. Fix: allocate the host tensor with pin_memory=True (DataLoader(pin_memory=True)) and copy "
+        "with non_blocking=True"
+    )
+    return _make("PAGEABLE_COPIES", value, t.PAGEABLE_COPIES, msg)
 
 
 def gpu_idle(stats: ScopeStats, t: Thresholds) -> Finding | None:
@@ -254,6 +291,7 @@ def _trim(name: str, width: int = 48) -> str:
 _CHECKS: tuple[Callable[[ScopeStats, Thresholds], Finding | None], ...] = (
     host_device_copies,
     sync_stalls,
+    pageable_copies,
     gpu_idle,
     queue_wait,
     low_occupancy,

@@ -66,7 +66,9 @@ def measure(frames: Frames, scope: Scope, gpu_bound_pct: float) -> ScopeStats:
     gpu = frames.gpu[I.inside(i64(frames.gpu["anchor_ns"]), *windows)]
     ranges = frames.ranges[I.inside(i64(frames.ranges["start_ns"]), *windows)]
     busy = device_time(frames.gpu, windows)
-    calls = T.sync_calls(ranges, frames.sync[I.inside(i64(frames.sync["start_ns"]), *windows)])
+    # classified on the whole trace (a sync's previous call may lie outside the scope), then cut to it
+    calls = T.sync_calls(frames.ranges, frames.sync, frames.gpu)
+    calls = calls[I.inside(i64(calls["start_ns"]), *windows)]
     last_launch = frames.gpu["anchor_ns"].max() if len(frames.gpu) else None
     return ScopeStats(
         scope=scope,

@@ -18,13 +18,19 @@ SYNC_CALL = re.compile(
     r"|^cu(Stream|Ctx|Event)Synchronize"
     r"|^(cuda|hip|cu)Memcpy(?!.*Async)"
 )
+# The sync PyTorch's blocking copy_ issues right after cudaMemcpyAsync from pageable memory
+# (at::cuda::memcpy_and_sync); a device synchronize there is the user's, a wait for everything.
+STREAM_SYNC = re.compile(r"^(cuda|hip|cu)StreamSynchronize")
+STAGED_FROM = ("Pageable", "Unknown")  # host memory a copy is staged from (null: unknown too)
+SYNC_KINDS = ("result_waits", "staging")
 _VERSION = re.compile(r"_v\d+$")  # nsys names calls with their ABI version: cudaMemcpy_v3020
 HOST_KINDS = ("Pageable", "Pinned")
 _TOP_OPS = 5
 
 
-def is_sync_call(name: str) -> bool:
-    return bool(SYNC_CALL.match(_VERSION.sub("", name)))
+def _matches(names: pd.Series, pattern: re.Pattern[str]) -> Any:
+    """``pattern.match`` per name as a bool array, computed once per distinct name."""
+    return names.map({n: bool(pattern.match(n)) for n in pd.unique(names)}).to_numpy(bool)
 
 
 def copies(gpu: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -50,24 +56,71 @@ def copies(gpu: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
-def sync_calls(ranges: pd.DataFrame, sync: pd.DataFrame) -> pd.DataFrame:
+def sync_calls(ranges: pd.DataFrame, sync: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
     """Every host-blocking synchronisation: CUDA API calls, and sync activity rows with no call in the trace.
 
-    Columns: ``name``, ``start_ns``, ``end_ns``, ``dur_ns``, ``op_name``, ``region``. An
-    activity row whose call is in the trace is that call: counted once, if the call blocks
-    (CUPTI also records syncs for ``cudaEventQuery``, which only polls). Rows of type
-    ``stream_wait_event`` block a stream, not the host, and are left out.
+    Columns: ``name``, ``start_ns``, ``end_ns``, ``dur_ns``, ``op_name``, ``region``, and
+    ``staging``, ``copy_bytes``, ``copy_call_ns`` from :func:`staging`. An activity row whose
+    call is in the trace is that call: counted once, if the call blocks (CUPTI also records
+    syncs for ``cudaEventQuery``, which only polls). Rows of type ``stream_wait_event`` block
+    a stream, not the host, and are left out; the others have no thread, so they count as
+    result waits.
     """
-    api = ranges[ranges["kind"] == "cuda_api"]
+    api = ranges[ranges["kind"] == "cuda_api"].reset_index(drop=True)
     names = api["name"].astype(object).fillna("")
-    distinct = {n: is_sync_call(n) for n in pd.unique(names)}
-    calls = api[names.map(distinct).astype(bool)]
+    plain = names.map({n: _VERSION.sub("", str(n)) for n in pd.unique(names)})
+    blocks = _matches(plain, SYNC_CALL)
+    calls = pd.concat([api[["start_ns", "end_ns", "dur_ns", "op_name", "region"]], staging(api, plain, gpu)], axis=1)
+    calls = calls.assign(name=plain)[blocks]
     seen = set(api["correlation_id"].dropna().astype("int64").tolist())
     rows = sync[(sync["sync_type"].astype(object) != "stream_wait_event") & ~sync["correlation_id"].isin(seen)]
-    cols = ["name", "start_ns", "end_ns", "dur_ns", "op_name"]
-    both = pd.concat([calls[cols].assign(region=calls["region"]), rows[cols].assign(region=None)], ignore_index=True)
-    both["name"] = both["name"].astype(object).map(lambda n: _VERSION.sub("", str(n)), na_action="ignore")
-    out: pd.DataFrame = both
+    rows = rows[["name", "start_ns", "end_ns", "dur_ns", "op_name"]].assign(region=None, staging=False, copy_call_ns=0)
+    out: pd.DataFrame = pd.concat([calls, rows.assign(name=rows["name"].astype(object))], ignore_index=True)
+    return out
+
+
+def staging(api: pd.DataFrame, plain: pd.Series, gpu: pd.DataFrame) -> pd.DataFrame:
+    """Per CUDA API call: does the host wait in it for a host-to-device copy from pageable memory?
+
+    True for a stream synchronize whose previous call on the same thread launched an HtoD
+    copy from pageable (or unknown) memory: what PyTorch's blocking ``.to(device)`` does
+    (the host stages the data through a pinned buffer and waits for it); and for a
+    synchronous copy call that launched such a copy itself. ``copy_bytes``: that copy's
+    size; ``copy_call_ns``: the time in the launching call before the sync (0 when the call
+    is the sync).
+    """
+    trace = api["trace_id"].astype(object).fillna("").to_numpy()
+    thread = pd.factorize(pd.MultiIndex.from_arrays([trace, api["pid"].fillna(-1), api["tid"].fillna(-1)]))[0]
+    order = np.lexsort((api["end_ns"].to_numpy(np.int64, na_value=0), api["start_ns"].to_numpy(np.int64), thread))
+    prev = np.full(len(api), -1, dtype=np.int64)
+    same = thread[order[1:]] == thread[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    key = pd.DataFrame({"trace": trace, "event_id": api["event_id"].astype("Int64")})
+    joined = key.merge(_staged_launches(gpu), how="left", on=["trace", "event_id"], validate="many_to_one")
+    size = joined["bytes"].to_numpy(np.float64, na_value=np.nan)  # NaN: the call launched no such copy
+    itself = ~np.isnan(size)
+    before = np.maximum(prev, 0)
+    after = (prev >= 0) & _matches(plain, STREAM_SYNC) & ~np.isnan(size[before]) & ~itself
+    call_ns = api["dur_ns"].to_numpy(np.int64, na_value=0)[before]
+    out: pd.DataFrame = pd.DataFrame(
+        {
+            "staging": after | itself,
+            "copy_bytes": np.where(itself, size, np.where(after, size[before], np.nan)),
+            "copy_call_ns": np.where(after, call_ns, 0),
+        }
+    )
+    return out
+
+
+def _staged_launches(gpu: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``trace``, ``event_id`` (of the launching call), ``bytes``: HtoD copies from pageable memory."""
+    src = gpu["src_kind"].astype(object)
+    htod = (gpu["kind"] == "memcpy") & (gpu["copy_kind"].astype(object) == "HtoD")
+    copies = gpu[htod & (src.isna() | src.isin(STAGED_FROM))]
+    copies = copies[copies["launch_event_id"].notna()]
+    trace = copies["trace_id"].astype(object).fillna("")
+    g = copies["bytes"].astype("float64").fillna(0).groupby([trace.to_numpy(), copies["launch_event_id"].to_numpy()])
+    out: pd.DataFrame = g.sum().rename_axis(["trace", "event_id"]).reset_index().astype({"event_id": "Int64"})
     return out
 
 
@@ -76,13 +129,31 @@ def syncs(calls: pd.DataFrame, last_launch_ns: int | None) -> dict[str, Any]:
 
     ``stalls``: the syncs after which the host launched more GPU work, so that the GPU's queue
     had to refill; a final sync before reading results or stopping the profiler is not one.
+    The same, for each kind: ``staging`` (the host waits for a copy from pageable memory, with
+    the copies' ``bytes`` and the time in the copy calls, ``copy_call_ns``) and
+    ``result_waits`` (every other sync: ``.item()``, ``.cpu()``, explicit synchronize ...).
     """
-    stall = calls["end_ns"] < (last_launch_ns if last_launch_ns is not None else -1)
+    late = calls["end_ns"] < (last_launch_ns if last_launch_ns is not None else -1)
+    stall = late.to_numpy(bool, na_value=False)
+    staged = calls["staging"].to_numpy(bool)
+    part = calls[staged]
+    return {
+        **_tally(calls, stall),
+        "result_waits": _tally(calls[~staged], stall[~staged]),
+        "staging": {
+            **_tally(part, stall[staged]),
+            "bytes": int(part["copy_bytes"].fillna(0).sum()),
+            "copy_call_ns": int(part["copy_call_ns"].sum()),
+        },
+    }
+
+
+def _tally(calls: pd.DataFrame, stall: Any) -> dict[str, Any]:
     by_call = calls.groupby("name", sort=False)["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     return {
         "count": len(calls),
         "dur_ns": int(calls["dur_ns"].fillna(0).sum()),
-        "stalls": int(stall.sum()),
+        "stalls": int(np.sum(stall)),
         "calls": [{"name": str(n), "count": int(r["size"]), "dur_ns": int(r["sum"])} for n, r in by_call.iterrows()],
         "ops": _by_op(calls, size_col=None),
     }
