@@ -40,7 +40,8 @@ def needs_exact(chunk: bytes, events: list[Any]) -> bool:
     Decided from the float decode: only timestamps past 2**43 us can be inexact, and only
     when written with decimals; the text tells, for the chunks that have such timestamps.
     """
-    if not any(e.ts is not None and abs(e.ts) >= FLOAT_EXACT_US for e in events):
+    # A trace's timestamps are all absolute or all relative: every 16th event tells the scale.
+    if not any(e.ts is not None and abs(e.ts) >= FLOAT_EXACT_US for e in events[::16]):
         return False
     return _TS_EXACT.search(chunk) is not None
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
-from traceconv.readers.links import lookup
+from traceconv.readers.links import SortedKeys
 
 _K = {k: i for i, k in enumerate(S.KINDS)}
 _COLS = (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"), ("pid", "pid"),
@@ -123,6 +123,9 @@ class LinkIndex:
             resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
         self.api["op_eid"], self.api["op_name"] = resolver.api_result()
         self.gpu["op_eid"], self.gpu["op_name"] = resolver.gpu_ext_eid, resolver.gpu_ext_name
+        self._by_corr = SortedKeys(np.where(self.api["corr"] >= 0, self.api["corr"], -2))
+        self._by_api_eid = SortedKeys(self.api["event_id"])
+        self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
 
     # -- pass 2 ---------------------------------------------------------------------
     def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
@@ -133,18 +136,18 @@ class LinkIndex:
         gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
         corr = to_numpy(table["correlation_id"])
         launch = np.full(n, -1, dtype=np.int64)
-        if gpu.any() and len(api["corr"]):
-            launch[gpu] = lookup(corr[gpu], np.where(api["corr"] >= 0, api["corr"], -2))
+        if gpu.any():
+            launch[gpu] = self._by_corr.find(corr[gpu])
         own = np.full(n, -1, dtype=np.int64)
         is_api = kind == _K["cuda_api"]
         if is_api.any():
-            own[is_api] = lookup(eid[is_api], api["event_id"])
+            own[is_api] = self._by_api_eid.find(eid[is_api])
         via = np.where(launch >= 0, launch, own)
         op_eid = _gather(api.get("op_eid"), via)
         op_name = _gather(api.get("op_name"), via)
         orphan = gpu & (launch < 0)
-        if orphan.any() and len(self.gpu["event_id"]):
-            g = lookup(eid[orphan], self.gpu["event_id"])
+        if orphan.any():
+            g = self._by_gpu_eid.find(eid[orphan])
             op_eid[orphan], op_name[orphan] = _gather(self.gpu["op_eid"], g), _gather(self.gpu["op_name"], g)
         cols = {name: table[name] for name in S.NAMES}
         cols["start_ns"] = pc.add(table["start_ns"], base_ns)

@@ -24,6 +24,21 @@ def lookup(keys: I64, values_keys: I64) -> I64:
     return np.where(found, order[pos_c], -1).astype(np.int64)
 
 
+class SortedKeys:
+    """Keys sorted once, looked up many times (``lookup`` sorts on every call)."""
+
+    def __init__(self, keys: I64) -> None:
+        self._order = np.argsort(keys, kind="stable")
+        self._sorted = keys[self._order]
+
+    def find(self, keys: I64) -> I64:
+        """Index of the first equal key for each of ``keys``, or -1."""
+        if len(self._sorted) == 0 or len(keys) == 0:
+            return np.full(len(keys), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._sorted, keys, side="left"), len(self._sorted) - 1)
+        return np.where(self._sorted[pos] == keys, self._order[pos], -1).astype(np.int64)
+
+
 def _parents(start: I64, end: I64) -> I64:
     """Parent index of each range in a list sorted by (start, -end); -1 for roots.
 
