@@ -68,7 +68,8 @@ def test_relative_time_becomes_epoch_with_base() -> None:
 
 
 def test_legacy_trace_string_streams_and_categories() -> None:
-    path = FIXTURES / "pytorch" / "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz"
+    path = FIXTURES / "pytorch" / ("facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference"
+                                   "_rank_1.json.gz")
     table = traceconv.read(path).to_pandas()
     kernels = table[table["kind"] == "kernel"]
     assert len(kernels) == 4

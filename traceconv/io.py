@@ -18,7 +18,6 @@ from traceconv.background import BackgroundWriter
 from traceconv.errors import InputError, SchemaVersionError, UsageError
 from traceconv.readers import Progress, Reader, open_reader
 
-
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
 
 if TYPE_CHECKING:

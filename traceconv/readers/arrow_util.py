@@ -62,10 +62,6 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray, fill: int = -1) -> I64:
     return np.asarray(arr.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def masked(values: I64, valid: npt.NDArray[np.bool_], typ: pa.DataType = pa.int64()) -> pa.Array:
-    return pa.array(values, type=typ, mask=~valid)
-
-
 def dict_codes(arr: pa.Array) -> tuple[list[str | None], I64]:
     """Dictionary-encode: (distinct values, int64 codes with -1 for null)."""
     enc = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr)

@@ -15,8 +15,8 @@ import queue
 import re
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Sized
 from collections import Counter
+from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -77,7 +77,7 @@ class Document:
 
 def open_binary(path: Path) -> IO[bytes]:
     """Open a trace, transparently decompressing gzip by magic number (not by extension)."""
-    fh = open(path, "rb")
+    fh = open(path, "rb")  # noqa: SIM115 - returned open, closed by the caller's with-block
     magic = fh.read(2)
     fh.seek(0)
     if magic == b"\x1f\x8b":
@@ -309,7 +309,7 @@ class EventChunks:
         bracket scan of :meth:`_finish` then decides.
         """
         last = None
-        for last in CUT.finditer(buf):
+        for last in CUT.finditer(buf):  # noqa: B007 - only the last match is wanted
             pass
         if last is None:
             return None

@@ -179,7 +179,7 @@ def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
         pass
     ints = [_int_id(v) for v in values]
     cols[col] = numbers(ints, pa.int64())
-    labels = [None if i is not None or v is None else str(v) for v, i in zip(values, ints)]
+    labels = [None if i is not None or v is None else str(v) for v, i in zip(values, ints, strict=True)]
     cols[col + "_label"] = pa.array(labels, pa.string()).dictionary_encode()
 
 

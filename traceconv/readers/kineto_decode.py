@@ -9,9 +9,9 @@ number should be, an integer past 64 bits) it is decoded generically and coerced
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from collections.abc import Sequence
 from typing import Any, Union
 
 import msgspec

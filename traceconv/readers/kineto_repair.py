@@ -26,7 +26,10 @@ _NAME_LINE = re.compile(rb'("name":\s*")(.*?)("(?:\s*,\s*"[\w ]+"\s*:|\s*,?\s*$)
 _LONE_QUOTE = re.compile(rb'(?<!\\)"')
 
 
-def _changed(pattern: re.Pattern[bytes], fix: Callable[[re.Match[bytes]], bytes]) -> Callable[[bytes], tuple[bytes, int]]:
+Repair = Callable[[bytes], tuple[bytes, int]]
+
+
+def _changed(pattern: re.Pattern[bytes], fix: Callable[[re.Match[bytes]], bytes]) -> Repair:
     """A repair that counts only the matches it actually changes."""
 
     def repair(data: bytes) -> tuple[bytes, int]:

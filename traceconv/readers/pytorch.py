@@ -22,8 +22,8 @@ from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.kineto_columns import ChunkContext, build, needs_exact, unpadded_fractions
 from traceconv.readers.kineto_decode import Decoded, decode_events
-from traceconv.readers.kineto_repair import RobustDecoder
 from traceconv.readers.kineto_links import LinkIndex
+from traceconv.readers.kineto_repair import RobustDecoder
 
 SPILL_BYTES = 8 << 20
 ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
@@ -115,9 +115,7 @@ class PytorchReader:
         rank = dist.get("rank") if isinstance(dist, dict) else None
         self.info.rank = int(rank) if isinstance(rank, (int, float, str)) and str(rank).lstrip("-").isdigit() else None
         base = meta.get("baseTimeNanoseconds")
-        if isinstance(base, int) and base > 0:
-            self.info.time_base = "unix_epoch"
-        elif min_start is not None and min_start >= ABSOLUTE_US * 1000:
+        if (isinstance(base, int) and base > 0) or (min_start is not None and min_start >= ABSOLUTE_US * 1000):
             self.info.time_base = "unix_epoch"
         else:
             self.info.time_base = "relative"
