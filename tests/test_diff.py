@@ -96,12 +96,13 @@ def test_without_steps_on_both_sides_whole_windows_are_compared() -> None:
 
 
 def test_cli_json_has_before_after_delta_and_table_fits_100_columns() -> None:
-    out = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED), "--format", "json", "--top", "3"])
+    out = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED), "--format", "json", "--top", "3"],
+                             env={"COLUMNS": "100"})
     assert out.exit_code == 0, out.output
     d = json.loads(out.output)
     assert set(d) == {"scope", "note", "before", "after", "delta"}
     assert len(d["before"]["top_ops"]) == 3 and len(d["delta"]["top_kernels"]) == 3
-    table = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED)])
+    table = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED)], env={"COLUMNS": "100"})
     lines = table.output.splitlines()
     assert max(map(len, lines)) <= 100
     assert "gone: HOST_DEVICE_COPIES, SYNC_STALLS" in lines

@@ -329,7 +329,7 @@ def test_missing_file_exits_3_with_one_line(tmp_path: Path) -> None:
 
 
 def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
-    table = CliRunner().invoke(main, ["summary", str(BUGGY)])
+    table = CliRunner().invoke(main, ["summary", str(BUGGY)], env={"COLUMNS": "100"})
     assert table.exit_code == 0
     lines = table.output.splitlines()
     assert max(map(len, lines)) <= 100 and len(lines) < 70
@@ -338,7 +338,7 @@ def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
         line.startswith("LOW PAGEABLE_COPIES: 3.0 HtoD copies per step (16.8 MB) from pageable memory")
         for line in lines
     )
-    md = CliRunner().invoke(main, ["summary", str(BUGGY), "--format", "markdown"])
+    md = CliRunner().invoke(main, ["summary", str(BUGGY), "--format", "markdown"], env={"COLUMNS": "100"})
     assert md.output.startswith("# train_buggy.pt.trace.json.gz (pytorch)")
     assert "| GPU self ms | GPU total ms |" in md.output
 
