@@ -76,7 +76,9 @@ def column(table: pa.Table, name: str) -> Col | None:
     if name not in table.column_names:
         return None
     col = table[name]
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # combining copies even one chunk
 
 
 def ints(table: pa.Table, name: str) -> I64:

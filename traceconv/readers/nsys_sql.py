@@ -1,8 +1,11 @@
 """Read-only access to an Nsight Systems SQLite export: tables, columns by name, fast bulk reads.
 
 Columns move between Nsight Systems versions, so every read names its columns and keeps only
-those the table has. Bulk reads let SQLite format each chunk of rows as CSV text in C and
-parse it with Arrow's CSV reader: several times faster than building a Python tuple per row.
+those the table has. Bulk reads go straight from SQLite to Arrow in C through ADBC
+(``adbc-driver-sqlite``, a dependency). Without it, or where ADBC types a column otherwise
+than the column declares (SQLite types each value, ADBC infers one type per column), SQLite
+formats each chunk of rows as CSV text in C and Arrow's CSV reader parses it: about 2x slower
+than ADBC, several times faster than building a Python tuple per row.
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ import pyarrow.csv as pacsv
 
 from traceconv.errors import InputError
 
+try:
+    import adbc_driver_manager as adbc
+    import adbc_driver_sqlite
+except ImportError:  # the CSV path reads every export too
+    adbc = None  # type: ignore[assignment]
+
 CHUNK_ROWS = 1 << 18  # rows per SQL round trip: bounds the size of one CSV text
+DIRECT_BATCH_ROWS = 1 << 22  # rows per ADBC batch (default 1,024): a column in one piece, not hundreds
 REEXPORT = "the export may be damaged; export the report again with `nsys export --type sqlite --force-overwrite true`"
 
 
@@ -34,7 +44,7 @@ class Database:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._local = threading.local()
-        self._opened: list[sqlite3.Connection] = []
+        self._opened: list[Any] = []  # sqlite3 and ADBC connections, closed together
         self._lock = threading.Lock()
         try:
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
@@ -54,6 +64,17 @@ class Database:
             self._local.conn = conn
             with self._lock:
                 self._opened.append(conn)
+        return conn
+
+    def _arrow_conn(self) -> Any:
+        """This thread's ADBC connection (its own SQLite handle)."""
+        conn = getattr(self._local, "adbc", None)
+        if conn is None:
+            database = adbc_driver_sqlite.connect(_uri(self.path))
+            conn = adbc.AdbcConnection(database)
+            self._local.adbc = conn
+            with self._lock:
+                self._opened += [conn, database]  # a connection closes before its database
         return conn
 
     def close(self) -> None:
@@ -101,12 +122,33 @@ class Database:
         types = {c: _affinity(have[c]) for c in names}
         if not names:
             return pa.table({})
-        line = _Line(names, types)
         with self.guard(table):
+            direct = self._direct(table, names, types)
+            if direct is not None:
+                return direct
+            line = _Line(names, types)
             chunks = [line.parse(text) for text in self._chunks(table, line.sql)]
         if not chunks:
             return pa.table({c: pa.array([], types[c]) for c in names})
         return pa.concat_tables(chunks)
+
+    def _direct(self, table: str, names: list[str], types: dict[str, pa.DataType]) -> pa.Table | None:
+        """Every row through ADBC, or None when ADBC is missing, fails, or types a column otherwise
+        than its declared affinity (then the CSV path reads the table, with its exact conversions)."""
+        if adbc is None:
+            return None
+        try:
+            stmt = adbc.AdbcStatement(self._arrow_conn())
+            try:
+                stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(DIRECT_BATCH_ROWS)})
+                stmt.set_sql_query(f"SELECT {', '.join(f'[{c}]' for c in names)} FROM [{table}] ORDER BY rowid")
+                stream, _ = stmt.execute_query()
+                got = pa.RecordBatchReader.from_stream(stream).read_all()
+            finally:
+                stmt.close()
+        except (adbc.Error, OSError, pa.ArrowException):
+            return None
+        return _typed(got, types)
 
     def _chunks(self, table: str, line: str) -> Iterator[bytes]:
         lo, hi = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM [{table}]").fetchone()
@@ -154,6 +196,28 @@ class _Line:
             convert_options=pacsv.ConvertOptions(column_types=self.types, null_values=["", "NULL"],
                                                  strings_can_be_null=True, quoted_strings_can_be_null=False),
         )
+
+
+def _typed(got: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:
+    """``got`` in the declared types, or None where a column holds values of another type.
+
+    A column with no value at all comes as int64 (ADBC's guess); text must be valid UTF-8,
+    as the CSV reader requires.
+    """
+    cols = []
+    for name, typ in types.items():
+        col = got[name]
+        if col.null_count == len(col) and col.type != typ:
+            col = pa.nulls(len(col), typ)
+        if col.type != typ:
+            return None
+        if typ == pa.string():
+            try:
+                col.validate(full=True)
+            except pa.ArrowInvalid:
+                return None
+        cols.append(col)
+    return pa.table(cols, names=list(types))
 
 
 def _source(text: bytes) -> IO[Any]:
