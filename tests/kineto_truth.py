@@ -10,10 +10,21 @@ from typing import Any
 
 # The documented category -> kind mapping (README, "kinds"), restated here on purpose.
 KIND_OF_CATEGORY = {
-    "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
-    "cuda_runtime": "cuda_api", "cuda_driver": "cuda_api", "runtime": "cuda_api", "cpu_op": "cpu_op",
-    "operator": "cpu_op", "user_annotation": "nvtx", "gpu_user_annotation": "nvtx", "python_function": "python",
-    "cuda_sync": "sync", "cpu_instant_event": "marker",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "cuda_api",
+    "cuda_driver": "cuda_api",
+    "runtime": "cuda_api",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "nvtx",
+    "gpu_user_annotation": "nvtx",
+    "python_function": "python",
+    "cuda_sync": "sync",
+    "cpu_instant_event": "marker",
 }
 
 

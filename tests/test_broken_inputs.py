@@ -52,8 +52,11 @@ def _manifest(folder: Path) -> list[dict[str, Any]]:
 
 
 def _hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
 
 
 CASES, HASHES = _collect()
@@ -87,8 +90,12 @@ def _params(cases: list[dict[str, Any]], pending: dict[str, str]) -> list[Any]:
 def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The corpus, made by the generator's own command line."""
     out = tmp_path_factory.mktemp("broken")
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "broken" / "make_broken.py"), str(out)],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "broken" / "make_broken.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -102,9 +109,11 @@ class Run:
     max_rss: int | None = None  # bytes, when measured
 
 
-_MEASURE = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
-            "sys.stderr.write('\\nMAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
-            "sys.exit(p.returncode)")
+_MEASURE = (
+    "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+    "sys.stderr.write('\\nMAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+    "sys.exit(p.returncode)"
+)
 
 
 def traceconv_cli(*args: str | Path, cwd: Path, measure: bool = False, env: dict[str, str] | None = None) -> Run:
@@ -148,8 +157,10 @@ def events_of(out: Path) -> list[tuple[str | None, int | None]]:
     """(name, start relative to the trace's base in ns) of every row of a traceconv Parquet file."""
     table = traceconv.read_table(out)
     base = int(traceconv.trace_metadata(out)["trace"].get("baseTimeNanoseconds") or 0)
-    return [(n, None if s is None else s - base)
-            for n, s in zip(table["name"].to_pylist(), table["start_ns"].to_pylist(), strict=True)]
+    return [
+        (n, None if s is None else s - base)
+        for n, s in zip(table["name"].to_pylist(), table["start_ns"].to_pylist(), strict=True)
+    ]
 
 
 def source_events(source: str) -> list[tuple[str | None, int | None]]:
@@ -165,8 +176,7 @@ def test_generator_is_deterministic(broken: Path) -> None:
 
 def test_corpus_covers_every_kind_of_damage() -> None:
     groups = {c["group"] for c in CASES}
-    assert groups >= {"truncated", "gzip_cut", "gzip_damaged", "damaged", "dialect", "not_a_trace", "sqlite",
-                      "hostile"}
+    assert groups >= {"truncated", "gzip_cut", "gzip_damaged", "damaged", "dialect", "not_a_trace", "sqlite", "hostile"}
     assert all(c["salvage"]["events"] > 0 for c in CASES if c["salvage"])
 
 
@@ -246,7 +256,7 @@ def test_with_salvage(case: dict[str, Any], broken: Path, tmp_path: Path) -> Non
     expected = source_events(case["source"])
     keep = case["salvage"]["keep"]
     if "prefix" in keep:
-        expected = expected[:keep["prefix"]]
+        expected = expected[: keep["prefix"]]
     else:
         expected = [e for i, e in enumerate(expected) if i not in set(keep["drop"])]
     assert len(got) == case["salvage"]["events"] == len(expected)
@@ -311,11 +321,11 @@ def write_huge_string(path: Path, size: int) -> None:
     m = MB.NAME_VALUE.search(t.data, s, e)
     assert m is not None
     with open(path, "wb") as fh:
-        fh.write(t.data[:m.start(1)])
+        fh.write(t.data[: m.start(1)])
         chunk = b"a" * (1 << 20)
         for _ in range(size // len(chunk)):
             fh.write(chunk)
-        fh.write(t.data[m.end(1):])
+        fh.write(t.data[m.end(1) :])
 
 
 @pytest.mark.slow

@@ -96,8 +96,9 @@ def test_without_steps_on_both_sides_whole_windows_are_compared() -> None:
 
 
 def test_cli_json_has_before_after_delta_and_table_fits_100_columns() -> None:
-    out = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED), "--format", "json", "--top", "3"],
-                             env={"COLUMNS": "100"})
+    out = CliRunner().invoke(
+        main, ["diff", str(BUGGY), str(FIXED), "--format", "json", "--top", "3"], env={"COLUMNS": "100"}
+    )
     assert out.exit_code == 0, out.output
     d = json.loads(out.output)
     assert set(d) == {"scope", "note", "before", "after", "delta"}

@@ -37,8 +37,11 @@ PUBLIC = CORPUS / "public"
 EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
 COPY = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-STATS_COPY = {"[CUDA memcpy Host-to-Device]": "HtoD", "[CUDA memcpy Device-to-Host]": "DtoH",
-              "[CUDA memcpy Device-to-Device]": "DtoD"}
+STATS_COPY = {
+    "[CUDA memcpy Host-to-Device]": "HtoD",
+    "[CUDA memcpy Device-to-Host]": "DtoH",
+    "[CUDA memcpy Device-to-Device]": "DtoD",
+}
 
 
 def _db(path: Path) -> sqlite3.Connection:
@@ -95,13 +98,17 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "nvtx": _count(db, "NVTX_EVENTS", "WHERE eventType IN (59, 60)"),
             "marker": _count(db, "NVTX_EVENTS", "WHERE eventType = 34"),
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
-            + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") + _count(db, "OSRT_API"),
+            + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+            + _count(db, "OSRT_API"),
         }
         for name in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API"):
             assert categories.get(name, 0) == _count(db, name), name
         session = _count(db, "TARGET_INFO_SESSION_START_TIME")
-        first = db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] \
-            if "CUPTI_ACTIVITY_KIND_RUNTIME" in _tables(db) else None
+        first = (
+            db.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+            if "CUPTI_ACTIVITY_KIND_RUNTIME" in _tables(db)
+            else None
+        )
         epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] if session else 0
     assert {k: v for k, v in kinds.items()} == {k: v for k, v in want.items() if v}
     assert table["event_id"].to_pylist() == list(range(table.num_rows))
@@ -134,11 +141,16 @@ def test_per_kernel_times_equal_cuda_kern_exec_trace(fixed: pa.Table) -> None:
 
     for row, k in zip(want, ours, strict=True):
         got = {
-            "API Start (ns)": k["launch_start_ns"] - epoch, "API Dur (ns)": k["launch_end_ns"] - k["launch_start_ns"],
+            "API Start (ns)": k["launch_start_ns"] - epoch,
+            "API Dur (ns)": k["launch_end_ns"] - k["launch_start_ns"],
             "Queue Start (ns)": k["launch_end_ns"] - epoch if k["queue_ns"] is not None else None,
-            "Queue Dur (ns)": k["queue_ns"], "Kernel Start (ns)": k["start_ns"] - epoch,
-            "Kernel Dur (ns)": k["dur_ns"], "Total Dur (ns)": k["wall_ns"],
-            "PID": k["pid"], "TID": k["launch_tid"], "DevId": k["device"],
+            "Queue Dur (ns)": k["queue_ns"],
+            "Kernel Start (ns)": k["start_ns"] - epoch,
+            "Kernel Dur (ns)": k["dur_ns"],
+            "Total Dur (ns)": k["wall_ns"],
+            "PID": k["pid"],
+            "TID": k["launch_tid"],
+            "DevId": k["device"],
         }
         assert {h: opt(row[h]) for h in got} == got, row
         assert (_api(row["API Function"]), row["Kernel Name"]) == (k["launch_name"], k["name"])
@@ -150,27 +162,44 @@ def test_kernel_names_and_totals_equal_cuda_gpu_kern_sum(fixed: pa.Table) -> Non
     per_name: dict[str, list[int]] = defaultdict(list)
     for r in _rows(fixed, kind="kernel"):
         per_name[r["name"]].append(r["dur_ns"])
-    want = {r["Name"]: (int(r["Instances"]), int(r["Total Time (ns)"]), int(r["Min (ns)"]), int(r["Max (ns)"]))
-            for r in _csv("cuda_gpu_kern_sum")}
+    want = {
+        r["Name"]: (int(r["Instances"]), int(r["Total Time (ns)"]), int(r["Min (ns)"]), int(r["Max (ns)"]))
+        for r in _csv("cuda_gpu_kern_sum")
+    }
     assert {n: (len(d), sum(d), min(d), max(d)) for n, d in per_name.items()} == want
 
 
 def test_kernel_columns_equal_the_export(fixed: pa.Table) -> None:
     with _db(FIXED) as db:
-        want = sorted(db.execute(
-            "SELECT k.start, k.streamId, k.deviceId, k.contextId, s.value, k.registersPerThread, "
-            "k.staticSharedMemory + k.dynamicSharedMemory, k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-            "JOIN StringIds s ON s.id = k.shortName").fetchall())
+        want = sorted(
+            db.execute(
+                "SELECT k.start, k.streamId, k.deviceId, k.contextId, s.value, k.registersPerThread, "
+                "k.staticSharedMemory + k.dynamicSharedMemory, k.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.shortName"
+            ).fetchall()
+        )
         epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
-    got = sorted((r["start_ns"] - epoch, r["stream"], r["device"], r["context"], r["short_name"],
-                  r["registers_per_thread"], r["shared_memory_bytes"], r["correlation_id"])
-                 for r in _rows(fixed, kind="kernel"))
+    got = sorted(
+        (
+            r["start_ns"] - epoch,
+            r["stream"],
+            r["device"],
+            r["context"],
+            r["short_name"],
+            r["registers_per_thread"],
+            r["shared_memory_bytes"],
+            r["correlation_id"],
+        )
+        for r in _rows(fixed, kind="kernel")
+    )
     assert got == want
 
 
 def test_copies_and_memsets_equal_cuda_gpu_mem_time_sum(fixed: pa.Table) -> None:
-    want = {STATS_COPY.get(r["Operation"], r["Operation"]): (int(r["Count"]), int(r["Total Time (ns)"]))
-            for r in _csv("cuda_gpu_mem_time_sum")}
+    want = {
+        STATS_COPY.get(r["Operation"], r["Operation"]): (int(r["Count"]), int(r["Total Time (ns)"]))
+        for r in _csv("cuda_gpu_mem_time_sum")
+    }
     got: dict[str, list[int]] = defaultdict(list)
     for r in _rows(fixed, kind="memcpy"):
         got[r["copy_kind"]].append(r["dur_ns"])
@@ -180,13 +209,24 @@ def test_copies_and_memsets_equal_cuda_gpu_mem_time_sum(fixed: pa.Table) -> None
 
 
 def test_copy_bytes_and_directions_equal_the_export() -> None:
-    for path in [FIXED, *(PUBLIC / n for n in ("PolPuigPuy__OpenACC_Project_PolPuig__report2.sqlite",
-                                               "SMcMann__cudaHW__report3.sqlite"))]:
+    for path in [
+        FIXED,
+        *(
+            PUBLIC / n
+            for n in ("PolPuigPuy__OpenACC_Project_PolPuig__report2.sqlite", "SMcMann__cudaHW__report3.sqlite")
+        ),
+    ]:
         if not path.exists():
             continue
         with _db(path) as db:
-            want = Counter({(COPY[k], b): n for k, b, n in db.execute(
-                "SELECT copyKind, bytes, count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2")})
+            want = Counter(
+                {
+                    (COPY[k], b): n
+                    for k, b, n in db.execute(
+                        "SELECT copyKind, bytes, count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2"
+                    )
+                }
+            )
         cols = ["copy_kind", "src_kind", "dst_kind", "bytes", "dur_ns", "name", "bandwidth_gbps"]
         rows = _rows(traceconv.read(path), cols, kind="memcpy")
         assert Counter((r["copy_kind"], r["bytes"]) for r in rows) == want, path.name
@@ -197,8 +237,11 @@ def test_copy_bytes_and_directions_equal_the_export() -> None:
 
 def test_memory_kinds_pageable_pinned_device(fixed: pa.Table) -> None:
     kinds = Counter((r["copy_kind"], r["src_kind"], r["dst_kind"]) for r in _rows(fixed, kind="memcpy"))
-    assert kinds == {("HtoD", "Pageable", "Device"): 69, ("DtoH", "Device", "Pinned"): 3,
-                     ("DtoD", "Device", "Device"): 72}
+    assert kinds == {
+        ("HtoD", "Pageable", "Device"): 69,
+        ("DtoH", "Device", "Pinned"): 3,
+        ("DtoD", "Device", "Device"): 72,
+    }
     assert {r["dst_kind"] for r in _rows(fixed, kind="memset")} == {"Device"}
 
 
@@ -224,7 +267,8 @@ def test_sync_rows_follow_their_call_not_the_contradicting_code(fixed: pa.Table)
     rows = _rows(fixed, kind="sync")
     assert len(rows) == 66
     assert {(r["launch_name"], r["sync_type"], r["name"]) for r in rows} == {
-        ("cudaStreamSynchronize", "stream", "Stream Sync")}
+        ("cudaStreamSynchronize", "stream", "Stream Sync")
+    }
     assert all(json.loads(r["args"])["syncType"] == 2 for r in rows)  # what nsys 2025.3.2.0 wrote
     assert any("contradicts their call" in n for n in _meta(fixed, b"traceconv.stats")["notes"])
 
@@ -260,10 +304,13 @@ def test_launch_is_joined_within_the_process_in_a_two_process_export() -> None:
     if not path.exists():
         pytest.skip("corpus not present")
     with _db(path) as db:
-        want = sorted(db.execute(
-            "SELECT k.start, r.start, (r.globalTid & 16777215) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
-            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON k.correlationId = r.correlationId "
-            "AND k.globalPid = (r.globalTid & -16777216)").fetchall())
+        want = sorted(
+            db.execute(
+                "SELECT k.start, r.start, (r.globalTid & 16777215) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON k.correlationId = r.correlationId "
+                "AND k.globalPid = (r.globalTid & -16777216)"
+            ).fetchall()
+        )
         epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
         kernels = _count(db, "CUPTI_ACTIVITY_KIND_KERNEL")
     table = traceconv.read(path)
@@ -271,8 +318,9 @@ def test_launch_is_joined_within_the_process_in_a_two_process_export() -> None:
     assert len({r["pid"] for r in ours}) == 2
     assert sorted((r["start_ns"] - epoch, r["launch_start_ns"] - epoch, r["launch_tid"]) for r in ours) == want
     counters = _meta(table, b"traceconv.stats")["counters"]
-    unlaunched = sum(1 for k in ("kernel", "memcpy", "memset") for r in _rows(table, kind=k)
-                     if r["launch_event_id"] is None)
+    unlaunched = sum(
+        1 for k in ("kernel", "memcpy", "memset") for r in _rows(table, kind=k) if r["launch_event_id"] is None
+    )
     assert counters["gpu_rows_without_launch"] == unlaunched >= kernels - len(want) > 0
 
 
@@ -347,7 +395,7 @@ def test_a_damaged_export_names_the_file_and_table(tmp_path: Path) -> None:
         page_size = db.execute("PRAGMA page_size").fetchone()[0]
         root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
     data = bytearray(path.read_bytes())
-    data[(root - 1) * page_size:root * page_size] = b"\xff" * page_size
+    data[(root - 1) * page_size : root * page_size] = b"\xff" * page_size
     path.write_bytes(bytes(data))
     with pytest.raises(InputError, match=r"damaged.sqlite: table CUPTI_ACTIVITY_KIND_KERNEL cannot be read"):
         traceconv.read(path)

@@ -38,8 +38,11 @@ def edited(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
             (4_000_000_001, None, 75, "MyDomain", MAIN, None, None, 7),
             (4_311_182_000, 4_311_183_000, 59, "inner", MAIN, None, None, 7),  # in model_inference, around a call
         ]
-        db.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, "
-                       "domainId) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.executemany(
+            "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, "
+            "domainId) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
         db.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyCount = 4 WHERE rowid = 1")
     return traceconv.read(path)
 

@@ -75,8 +75,16 @@ def _own_words(path: Path) -> str:
     meta = pq.read_metadata(path).metadata
     stats, trace = json.loads(meta[b"traceconv.stats"]), json.loads(meta[b"traceconv.trace"])
     keys = [k for d in (stats, trace, *trace.get("gpus", [])) for k in d]
-    return "\n".join([*pq.read_schema(path).names, *keys, *stats["notes"], stats["input"], stats["trace_id"],
-                      str(trace.get("nsys_version"))])
+    return "\n".join(
+        [
+            *pq.read_schema(path).names,
+            *keys,
+            *stats["notes"],
+            stats["input"],
+            stats["trace_id"],
+            str(trace.get("nsys_version")),
+        ]
+    )
 
 
 def _texts(path: Path) -> list[str]:
@@ -95,8 +103,11 @@ def _leaks(path: Path, values: set[str], source: Path) -> set[str]:
     texts = "\n".join(_texts(path))
     allowed = _names(source)
     own = _own_words(path)
-    return {v for v in values if len(v) >= MIN_LEN and v not in allowed and v not in own
-            and (v.encode() in raw or v in texts)}
+    return {
+        v
+        for v in values
+        if len(v) >= MIN_LEN and v not in allowed and v not in own and (v.encode() in raw or v in texts)
+    }
 
 
 @pytest.mark.parametrize("path", EXPORTS, ids=lambda p: p.name[:45])
@@ -127,15 +138,20 @@ def secret_export(tmp_path: Path) -> Path:
     path = tmp_path / "secrets.sqlite"
     shutil.copy(FIXTURES / "fixed.sqlite", path)
     with sqlite3.connect(path) as db:
-        db.executemany("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)", [
-            ("PROCESS_0:ENVIRONMENT_VARIABLE", 'HF_TOKEN="hf_plantedSecret0001"'),
-            ("PROCESS_0:ENVIRONMENT_VARIABLE", 'DB_PASSWORD="plantedSecret0002"'),
-            ("PROCESS_0:ENVIRONMENT_VARIABLE", 'PROXY="http://user:plantedSecret0003@proxy:8080"'),
-            ("PROCESS_0:ARGUMENT_3", "--api-key"),
-            ("PROCESS_0:ARGUMENT_4", "plantedSecret0004"),
-        ])
-        db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = value || ';AWS_SECRET_ACCESS_KEY=plantedSecret0005;"
-                   "GITHUB_TOKEN=plantedSecret0006' WHERE name = 'DeviceEnvironment'")
+        db.executemany(
+            "INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)",
+            [
+                ("PROCESS_0:ENVIRONMENT_VARIABLE", 'HF_TOKEN="hf_plantedSecret0001"'),
+                ("PROCESS_0:ENVIRONMENT_VARIABLE", 'DB_PASSWORD="plantedSecret0002"'),
+                ("PROCESS_0:ENVIRONMENT_VARIABLE", 'PROXY="http://user:plantedSecret0003@proxy:8080"'),
+                ("PROCESS_0:ARGUMENT_3", "--api-key"),
+                ("PROCESS_0:ARGUMENT_4", "plantedSecret0004"),
+            ],
+        )
+        db.execute(
+            "UPDATE TARGET_INFO_SYSTEM_ENV SET value = value || ';AWS_SECRET_ACCESS_KEY=plantedSecret0005;"
+            "GITHUB_TOKEN=plantedSecret0006' WHERE name = 'DeviceEnvironment'"
+        )
     return path
 
 
@@ -164,4 +180,10 @@ def test_redaction_rules() -> None:
     assert redact_value("HOME", "/root") == "/root"
     assert redact_value("ANYTHING", "ghp_0123456789abcdefghij") == REDACTED
     assert redact_arguments(["train.py", "--password=hunter22", "--token", "t0k3n", "--lr", "3e-4"]) == [
-        "train.py", f"--password={REDACTED}", "--token", REDACTED, "--lr", "3e-4"]
+        "train.py",
+        f"--password={REDACTED}",
+        "--token",
+        REDACTED,
+        "--lr",
+        "3e-4",
+    ]

@@ -65,8 +65,9 @@ def no_nsys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(R, "SEARCH", ())
 
 
-def test_a_report_is_exported_once_into_the_cache_and_read(report: Path, tmp_path: Path, no_nsys: None,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_report_is_exported_once_into_the_cache_and_read(
+    report: Path, tmp_path: Path, no_nsys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "calls.log"
     fake = fake_nsys(tmp_path / "bin", log)
     monkeypatch.setenv("PATH", str(fake.parent))
@@ -113,12 +114,12 @@ def test_the_cli_passes_nsys_to_the_report_reader(report: Path, tmp_path: Path, 
     assert traceconv.read_unified(out, kinds=["kernel"]).shape[0] == 1987
 
 
-def test_without_nsys_the_error_gives_the_command_to_run_by_hand(report: Path, tmp_path: Path,
-                                                                   no_nsys: None) -> None:
+def test_without_nsys_the_error_gives_the_command_to_run_by_hand(report: Path, tmp_path: Path, no_nsys: None) -> None:
     with pytest.raises(ToolMissingError) as err:
         traceconv.read(report)
     assert f"nsys export --type sqlite --force-overwrite true -o {report.with_suffix('.sqlite')} {report}" in str(
-        err.value)
+        err.value
+    )
     result = CliRunner().invoke(main, ["nsys", str(report), "-o", str(tmp_path / "out.parquet")])
     assert result.exit_code == 5
     assert result.output.startswith("traceconv: error: ") and "nsys export --type sqlite" in result.output
@@ -126,16 +127,18 @@ def test_without_nsys_the_error_gives_the_command_to_run_by_hand(report: Path, t
     assert CliRunner().invoke(main, ["ingest", str(report)]).exit_code == 5
 
 
-def test_a_failing_export_says_what_nsys_said(report: Path, tmp_path: Path, no_nsys: None,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_export_says_what_nsys_said(
+    report: Path, tmp_path: Path, no_nsys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = fake_nsys(tmp_path / "bin", tmp_path / "calls.log", fail=True)
     with pytest.raises(InputError, match=r"nsys export. failed \(exit 1\): Error: report version 3.99 is newer"):
         traceconv.read(report, nsys=fake)
     assert not list((report.parent / ".traceconv-cache").iterdir())
 
 
-def test_an_unwritable_report_folder_caches_in_the_temp_folder(report: Path, tmp_path: Path, no_nsys: None,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unwritable_report_folder_caches_in_the_temp_folder(
+    report: Path, tmp_path: Path, no_nsys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (report.parent / ".traceconv-cache").write_text("a file where the cache folder would go")
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

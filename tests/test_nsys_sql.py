@@ -78,8 +78,13 @@ def test_declared_types_and_values_are_the_same_both_ways(hand_made: Path) -> No
         mp.setattr(nsys_sql, "adbc", None)
         fallback = _read(hand_made, columns)
     assert fast.schema == fallback.schema
-    assert [fast.schema.field(c).type for c in columns] == [pa.int64(), pa.float64(), pa.string(), pa.int64(),
-                                                             pa.string()]
+    assert [fast.schema.field(c).type for c in columns] == [
+        pa.int64(),
+        pa.float64(),
+        pa.string(),
+        pa.int64(),
+        pa.string(),
+    ]
     assert fast.equals(fallback)
     assert fast["s"][0].as_py() == "it's\nline 0 \u00e9" and fast["s"][2000].as_py() == ""
     assert fast["loose"][5].as_py() == "5"  # an untyped column is text: ADBC's int64 goes to the fallback
@@ -113,8 +118,10 @@ def test_statistics_only_on_the_columns_users_filter_on(tmp_path: Path) -> None:
 
 
 def test_converting_imports_no_pandas(tmp_path: Path) -> None:
-    code = ("import sys; from traceconv.cli import main\n"
-            f"main(['nsys', {str(FIXTURES / 'fixed.sqlite')!r}, '-o', {str(tmp_path / 'x.parquet')!r}], "
-            "standalone_mode=False)\n"
-            "assert 'pandas' not in sys.modules, 'pandas was imported'")
+    code = (
+        "import sys; from traceconv.cli import main\n"
+        f"main(['nsys', {str(FIXTURES / 'fixed.sqlite')!r}, '-o', {str(tmp_path / 'x.parquet')!r}], "
+        "standalone_mode=False)\n"
+        "assert 'pandas' not in sys.modules, 'pandas was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

@@ -35,17 +35,27 @@ from .conftest import FIXTURES
 from .kineto_truth import load, to_ns
 
 HANG_S = 30  # one conversion of these small traces takes well under a second
-PROPERTY = settings(max_examples=30, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 # While a property is xfail (pending the lead), do not spend time shrinking its known failure.
 PENDING_PROPERTY = settings(PROPERTY, phases=(Phase.explicit, Phase.generate))
 
 Event = tuple[Any, Any]  # (name, ts in ns relative to the trace's base)
-SMALL = ("cuda_graph.json", "streams_memcpy.json",
-         "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz")
+SMALL = (
+    "cuda_graph.json",
+    "streams_memcpy.json",
+    "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz",
+)
 TRACES = {name: MB.load_trace(FIXTURES / "pytorch" / name) for name in SMALL}
-EVENTS = {name: [(e.get("name"), to_ns(e.get("ts"))) for e in load(FIXTURES / "pytorch" / name)["traceEvents"]]
-          for name in SMALL}
+EVENTS = {
+    name: [(e.get("name"), to_ns(e.get("ts"))) for e in load(FIXTURES / "pytorch" / name)["traceEvents"]]
+    for name in SMALL
+}
 
 
 class Hang(BaseException):
@@ -90,8 +100,10 @@ def events_of(out: Path) -> list[Event]:
     table = traceconv.read_table(out)  # checks the schema version too
     assert table["event_id"].to_pylist() == list(range(table.num_rows))
     base = int(traceconv.trace_metadata(out)["trace"].get("baseTimeNanoseconds") or 0)
-    return [(n, None if s is None else s - base)
-            for n, s in zip(table["name"].to_pylist(), table["start_ns"].to_pylist(), strict=True)]
+    return [
+        (n, None if s is None else s - base)
+        for n, s in zip(table["name"].to_pylist(), table["start_ns"].to_pylist(), strict=True)
+    ]
 
 
 def foreign(got: list[Event], original: list[Event]) -> int:
@@ -119,8 +131,9 @@ def test_truncated_anywhere_is_an_error_and_salvage_keeps_the_complete_events(na
 
 
 # -- damaged bytes -----------------------------------------------------------------------------
-mutation = st.tuples(st.sampled_from(["flip", "insert", "delete"]), st.floats(0, 1, exclude_max=True),
-                     st.integers(0, 255))
+mutation = st.tuples(
+    st.sampled_from(["flip", "insert", "delete"]), st.floats(0, 1, exclude_max=True), st.integers(0, 255)
+)
 
 
 def mutate(data: bytes, edits: list[tuple[str, float, int]]) -> bytes:
@@ -139,7 +152,8 @@ def mutate(data: bytes, edits: list[tuple[str, float, int]]) -> bytes:
 @PROPERTY
 @given(name=st.sampled_from(SMALL), edits=st.lists(mutation, min_size=1, max_size=3), salvage=st.booleans())
 def test_damaged_bytes_never_crash_and_invent_at_most_one_event_each(
-        name: str, edits: list[tuple[str, float, int]], salvage: bool) -> None:
+    name: str, edits: list[tuple[str, float, int]], salvage: bool
+) -> None:
     result = convert(mutate(TRACES[name].data, edits), **({"salvage": True} if salvage else {}))
     if isinstance(result, TraceconvError):
         assert result.exit_code in (3, 4), result
@@ -155,7 +169,7 @@ def test_single_bit_flips_found_by_the_property_above(edits: list[tuple[str, int
     data = TRACES["cuda_graph.json"].data
     ((what, mask),) = edits
     at = len(data) - len(data.lstrip()) if what == "brace" else data.index(b'"name": "', 5000) + 7
-    flipped = data[:at] + bytes([data[at] ^ mask]) + data[at + 1:]
+    flipped = data[:at] + bytes([data[at] ^ mask]) + data[at + 1 :]
     result = convert(flipped, **({"salvage": True} if salvage else {}))
     assert isinstance(result, TraceconvError) or foreign(result, EVENTS["cuda_graph.json"]) == 0
 
@@ -176,8 +190,20 @@ def test_structural_damage_is_located_and_salvage_drops_only_the_damaged_events(
 
 
 # -- dialects ----------------------------------------------------------------------------------
-REPAIRED = ["quotes", "backslash", "control", "control_args", "bare_inf", "bare_nan", "bare_na", "trailing_comma_args",
-            "control_tab", "utf8", "utf8_args", "trailing_comma_array"]
+REPAIRED = [
+    "quotes",
+    "backslash",
+    "control",
+    "control_args",
+    "bare_inf",
+    "bare_nan",
+    "bare_na",
+    "trailing_comma_args",
+    "control_tab",
+    "utf8",
+    "utf8_args",
+    "trailing_comma_array",
+]
 
 
 def dialect_check(name: str, dialects: list[str], seed: int) -> None:
@@ -194,16 +220,23 @@ def dialect_check(name: str, dialects: list[str], seed: int) -> None:
         assert check["key"] in json.loads(args[check["index"]] or "{}"), args[check["index"]]
     changed = {c["index"] for c in inj.names}
     assert [e for i, e in enumerate(result) if i not in changed] == [
-        e for i, e in enumerate(EVENTS[name]) if i not in changed]
+        e for i, e in enumerate(EVENTS[name]) if i not in changed
+    ]
     for check in inj.names:
         got = result[check["index"]][0]
-        assert got == check["equals"] if "equals" in check else (
-            got.startswith(check["prefix"]) and got.endswith(check["suffix"])), (check, got)
+        assert (
+            got == check["equals"]
+            if "equals" in check
+            else (got.startswith(check["prefix"]) and got.endswith(check["suffix"]))
+        ), (check, got)
 
 
 @PROPERTY
-@given(name=st.sampled_from(SMALL[:2]), dialects=st.lists(st.sampled_from(REPAIRED), min_size=1, max_size=3,
-                                                           unique=True), seed=st.integers(0, 2**32))
+@given(
+    name=st.sampled_from(SMALL[:2]),
+    dialects=st.lists(st.sampled_from(REPAIRED), min_size=1, max_size=3, unique=True),
+    seed=st.integers(0, 2**32),
+)
 def test_dialects_are_repaired_and_every_event_kept(name: str, dialects: list[str], seed: int) -> None:
     dialect_check(name, dialects, seed)
 
@@ -233,15 +266,37 @@ def test_real_traces_round_trip_every_event_and_argument(path: Path) -> None:
     check_round_trip(path, json.loads(MB.read_bytes(path)))
 
 
-json_leaf = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-             | st.text(st.characters(blacklist_categories=("Cs",)), max_size=20))
-json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4)
-                          | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-ARG_KEYS = ["External id", "correlation", "device", "stream", "grid", "block", "bytes", "Bytes",
-            "warps per SM", "est. achieved occupancy %", "registers per thread"]
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+ARG_KEYS = [
+    "External id",
+    "correlation",
+    "device",
+    "stream",
+    "grid",
+    "block",
+    "bytes",
+    "Bytes",
+    "warps per SM",
+    "est. achieved occupancy %",
+    "registers per thread",
+]
 arg_key = st.sampled_from(ARG_KEYS) | st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
-edit = st.tuples(st.integers(0, 10**6), st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
-                 st.dictionaries(arg_key, json_value, max_size=5))
+edit = st.tuples(
+    st.integers(0, 10**6),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),
+    st.dictionaries(arg_key, json_value, max_size=5),
+)
 
 
 @PROPERTY

@@ -68,8 +68,11 @@ def test_relative_time_becomes_epoch_with_base() -> None:
 
 
 def test_legacy_trace_string_streams_and_categories() -> None:
-    path = FIXTURES / "pytorch" / ("facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference"
-                                   "_rank_1.json.gz")
+    path = (
+        FIXTURES
+        / "pytorch"
+        / ("facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz")
+    )
     table = traceconv.read(path).to_pandas()
     kernels = table[table["kind"] == "kernel"]
     assert len(kernels) == 4
@@ -124,8 +127,11 @@ def test_chunked_and_whole_reads_are_identical() -> None:
 def test_launch_and_operator_links_on_h200_trace() -> None:
     doc = load(FIXTURES / "pytorch" / "streams_memcpy.json")
     events = doc["traceEvents"]
-    runtime = {e["args"]["correlation"]: e for e in events
-               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    runtime = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
     table = traceconv.read(FIXTURES / "pytorch" / "streams_memcpy.json")
     rows = table.to_pylist()
     checked = 0
@@ -170,8 +176,10 @@ def test_operator_links_enclose_the_launch(path: Path) -> None:
     api = df[(df["kind"] == "cuda_api") & df["op_event_id"].notna()]
     ops = rows.loc[api["op_event_id"].astype("int64")]
     assert set(ops["kind"].astype(str)) <= {"cpu_op", "nvtx"}
-    same_thread = (ops["tid"].astype(object).fillna(ops["tid_label"].astype(object)).to_numpy()
-                   == api["tid"].astype(object).fillna(api["tid_label"].astype(object)).to_numpy())
+    same_thread = (
+        ops["tid"].astype(object).fillna(ops["tid_label"].astype(object)).to_numpy()
+        == api["tid"].astype(object).fillna(api["tid_label"].astype(object)).to_numpy()
+    )
     assert same_thread.all()
     assert (ops["start_ns"].to_numpy() <= api["start_ns"].to_numpy()).all()
     assert (api["start_ns"].to_numpy() <= ops["end_ns"].to_numpy()).all()

@@ -47,8 +47,10 @@ def handle_errors(func: F) -> F:
         except Exception as exc:  # a bug of ours: still one line, and the way to the traceback
             if debug:
                 raise
-            click.echo(f"traceconv: internal error: {type(exc).__name__}: {exc}; rerun with --debug and report "
-                       "the traceback", err=True)
+            click.echo(
+                f"traceconv: internal error: {type(exc).__name__}: {exc}; rerun with --debug and report the traceback",
+                err=True,
+            )
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -73,8 +75,10 @@ class _Bar:
         self.last = now
         pct = min(100.0, 100.0 * done / max(total, 1))
         filled = int(pct / 100 * 30)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {pct:5.1f}% "
-                         f"{done / 2**20:,.0f}/{total / 2**20:,.0f} MiB")
+        sys.stderr.write(
+            f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {pct:5.1f}% "
+            f"{done / 2**20:,.0f}/{total / 2**20:,.0f} MiB"
+        )
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -113,9 +117,12 @@ def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
         if getattr(info, "partial", False):
             partial.append(job)
             skipped = info.counters
-            click.echo(f"traceconv: warning: {job.source}: partial result written to {job.output}: skipped "
-                       f"{skipped.get('events_skipped', 0):,} events and {skipped.get('bytes_skipped', 0):,} bytes "
-                       f"of damaged input", err=True)
+            click.echo(
+                f"traceconv: warning: {job.source}: partial result written to {job.output}: skipped "
+                f"{skipped.get('events_skipped', 0):,} events and {skipped.get('bytes_skipped', 0):,} bytes "
+                f"of damaged input",
+                err=True,
+            )
     if partial:
         sys.exit(PartialResultError.exit_code)
 
@@ -129,10 +136,17 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Output file (one input) or directory (several inputs, or a directory of traces).")
-@click.option("--salvage", is_flag=True,
-              help="Keep every complete event of a truncated or damaged trace; exit 6 when anything was skipped.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Output file (one input) or directory (several inputs, or a directory of traces).",
+)
+@click.option(
+    "--salvage",
+    is_flag=True,
+    help="Keep every complete event of a truncated or damaged trace; exit 6 when anything was skipped.",
+)
 @handle_errors
 def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool) -> None:
     """Convert PyTorch profiler traces (.json, .json.gz, or a directory of them) to Parquet.
@@ -155,10 +169,17 @@ def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool) -> None
 @main.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file or directory.")
-@click.option("--nsys", "nsys_path", type=click.Path(path_type=Path),
-              help="The nsys binary to export reports with (default: $NSYS, the PATH, the usual install folders).")
-@click.option("--include-environment", is_flag=True,
-              help="Copy the profiled command line and environment into the metadata (credentials redacted).")
+@click.option(
+    "--nsys",
+    "nsys_path",
+    type=click.Path(path_type=Path),
+    help="The nsys binary to export reports with (default: $NSYS, the PATH, the usual install folders).",
+)
+@click.option(
+    "--include-environment",
+    is_flag=True,
+    help="Copy the profiled command line and environment into the metadata (credentials redacted).",
+)
 @handle_errors
 def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None, include_environment: bool) -> None:
     """Convert Nsight Systems reports (.nsys-rep, .qdrep) or SQLite exports to Parquet.
@@ -179,11 +200,14 @@ def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None,
 
     jobs = plan_jobs(reports, output, patterns=("*.sqlite", "*.nsys-rep", "*.qdrep"))
     formats = [sniff(job.source) for job in jobs]
-    for job, fmt in zip(jobs, formats):
+    for job, fmt in zip(jobs, formats, strict=True):
         if fmt not in ("nsys", "nsys-report"):
-            raise UsageError(job.source, "is not an Nsight Systems report or SQLite export by its content",
-                             "use `traceconv ingest` for PyTorch traces")
-    for job, fmt in zip(jobs, formats):
+            raise UsageError(
+                job.source,
+                "is not an Nsight Systems report or SQLite export by its content",
+                "use `traceconv ingest` for PyTorch traces",
+            )
+    for job, fmt in zip(jobs, formats, strict=True):
         options: dict[str, Any] = {"include_environment": include_environment}
         if fmt == "nsys-report":
             options["nsys"] = nsys_path
@@ -192,16 +216,31 @@ def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None,
 
 @main.command()
 @click.argument("trace", type=click.Path(path_type=Path))
-@click.option("--by", type=click.Choice(["name", "launch"]), default="name", show_default=True,
-              help="Group by kernel name, or by the API call that launched it.")
-@click.option("--top", type=click.IntRange(min=0), default=None,
-              help="Keep the N with the longest execution time, longest first; 0 keeps all. "
-                   "Default: 20 in a table, all in CSV and JSON.")
+@click.option(
+    "--by",
+    type=click.Choice(["name", "launch"]),
+    default="name",
+    show_default=True,
+    help="Group by kernel name, or by the API call that launched it.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Keep the N with the longest execution time, longest first; 0 keeps all. "
+    "Default: 20 in a table, all in CSV and JSON.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--per-launch", is_flag=True,
-              help="One row per kernel (like nsys cuda_kern_exec_trace), in launch order.")
-@click.option("--kind", "kinds", type=click.Choice(["kernel", "memcpy", "memset"]), multiple=True,
-              help="GPU work to include (repeatable).  [default: kernel]")
+@click.option(
+    "--per-launch", is_flag=True, help="One row per kernel (like nsys cuda_kern_exec_trace), in launch order."
+)
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(["kernel", "memcpy", "memset"]),
+    multiple=True,
+    help="GPU work to include (repeatable).  [default: kernel]",
+)
 @handle_errors
 def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, kinds: tuple[str, ...]) -> None:
     """Launch, queue, execution and wall time of every kernel, summed per kernel name.
@@ -241,13 +280,26 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
     if fmt == "csv":
         click.echo(R.csv_text(shown), nl=False)
         if figures["no_launch"]:
-            click.echo(f"traceconv: note: {figures['no_launch']:,} of {figures['rows']:,} {what} rows "
-                       f"{_have(figures['no_launch'])} no launching call in the trace; kept, with empty API, queue "
-                       "and wall times", err=True)
+            click.echo(
+                f"traceconv: note: {figures['no_launch']:,} of {figures['rows']:,} {what} rows "
+                f"{_have(figures['no_launch'])} no launching call in the trace; kept, with empty API, queue "
+                "and wall times",
+                err=True,
+            )
         return
     if fmt == "json":
-        click.echo(R.json_text(shown, {"input": str(trace), "kinds": list(kinds), "by": None if per_launch else by,
-                                       "totals": figures, "shown": len(shown)}))
+        click.echo(
+            R.json_text(
+                shown,
+                {
+                    "input": str(trace),
+                    "kinds": list(kinds),
+                    "by": None if per_launch else by,
+                    "totals": figures,
+                    "shown": len(shown),
+                },
+            )
+        )
         return
     if not figures["rows"]:
         click.echo(f"{trace}: no {what} rows; was GPU activity traced (ProfilerActivity.CUDA, nsys -t cuda)?")
@@ -278,11 +330,14 @@ def _kernels_footer(figures: dict[str, Any], shown: int, what: str, by: str | No
         lines.append(f"Showing the {shown:,} longest of {total:,} {unit}; --top 0 shows all in {order}.")
     if figures["no_launch"]:
         n = figures["no_launch"]
-        lines.append(f"{n:,} {'row' if n == 1 else 'rows'} {_have(n)} no launching call in the trace: kept and "
-                     "counted in execution time, with empty API, queue and wall times.")
+        lines.append(
+            f"{n:,} {'row' if n == 1 else 'rows'} {_have(n)} no launching call in the trace: kept and "
+            "counted in execution time, with empty API, queue and wall times."
+        )
     if by is not None:
         lines.append("Min, and the spread of queue, API and wall times: --format csv or json.")
     return "\n".join(lines)
+
 
 def _thresholds(values: tuple[str, ...]) -> Any:
     """``--threshold NAME=VALUE`` options as a Thresholds object."""
@@ -301,14 +356,30 @@ def _thresholds(values: tuple[str, ...]) -> Any:
 
 
 _ANALYSIS_OPTIONS = [
-    click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table",
-                 show_default=True),
-    click.option("--top", type=click.IntRange(min=0), default=8, show_default=True,
-                 help="Rows per list (operators, kernels, ranges); 0 keeps all."),
-    click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
-                 help="Override a finding threshold (repeatable), e.g. HOST_DEVICE_COPIES=5; see the README."),
-    click.option("--steps", "step_pattern", metavar="REGEX", default=None,
-                 help="Regular expression for the names of step ranges.  [default: ProfilerStep#N, step_N, iterN]"),
+    click.option(
+        "--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True
+    ),
+    click.option(
+        "--top",
+        type=click.IntRange(min=0),
+        default=8,
+        show_default=True,
+        help="Rows per list (operators, kernels, ranges); 0 keeps all.",
+    ),
+    click.option(
+        "--threshold",
+        "thresholds",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="Override a finding threshold (repeatable), e.g. HOST_DEVICE_COPIES=5; see the README.",
+    ),
+    click.option(
+        "--steps",
+        "step_pattern",
+        metavar="REGEX",
+        default=None,
+        help="Regular expression for the names of step ranges.  [default: ProfilerStep#N, step_N, iterN]",
+    ),
 ]
 
 

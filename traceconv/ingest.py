@@ -44,10 +44,18 @@ def plan_jobs(inputs: Sequence[Path], output: Path | None, patterns: Sequence[st
         if src.is_dir():
             files = _expand(src, patterns)
             if not files:
-                raise InputError(src, "holds no trace files (" + ", ".join(patterns) + ")",
-                                 "give the folder that tensorboard_trace_handler wrote, or the files themselves")
-            folder = output if output is not None and not several else (
-                (output / (src.name + ".parquet")) if output is not None else src.with_name(src.name + ".parquet"))
+                raise InputError(
+                    src,
+                    "holds no trace files (" + ", ".join(patterns) + ")",
+                    "give the folder that tensorboard_trace_handler wrote, or the files themselves",
+                )
+            folder = (
+                output
+                if output is not None and not several
+                else (
+                    (output / (src.name + ".parquet")) if output is not None else src.with_name(src.name + ".parquet")
+                )
+            )
             jobs += [Job(f, _inside(folder / (trace_stem(f) + ".parquet"), folder)) for f in files]
         elif output is not None and (several or output.is_dir() or str(output).endswith(("/", "\\"))):
             jobs.append(Job(src, _inside(output / (trace_stem(src) + ".parquet"), output)))
@@ -59,7 +67,10 @@ def plan_jobs(inputs: Sequence[Path], output: Path | None, patterns: Sequence[st
     for job in jobs:
         key = job.output.resolve()
         if key in seen:
-            raise UsageError(job.source, f"and {seen[key]} would both be written to {job.output}",
-                             "give them different names or separate -o folders")
+            raise UsageError(
+                job.source,
+                f"and {seen[key]} would both be written to {job.output}",
+                "give them different names or separate -o folders",
+            )
         seen[key] = job.source
     return jobs

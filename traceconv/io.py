@@ -22,8 +22,19 @@ DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
 # Min/max statistics let a reader skip row groups when it filters (DuckDB, pyarrow.dataset,
 # Polars); computing them costs time on every column written (about 0.05 s of CPU for a
 # 22 MB nsys export), so only the columns that users filter on have them.
-STATISTICS_COLUMNS = ["kind", "name", "start_ns", "end_ns", "pid", "tid", "device", "stream", "correlation_id",
-                      "trace_id", "rank"]
+STATISTICS_COLUMNS = [
+    "kind",
+    "name",
+    "start_ns",
+    "end_ns",
+    "pid",
+    "tid",
+    "device",
+    "stream",
+    "correlation_id",
+    "trace_id",
+    "rank",
+]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,8 +64,15 @@ def _tally(result: WriteResult, table: pa.Table) -> None:
 
 def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     info = reader.info
-    stats = {"rows": result.rows, "kinds": result.kinds, "notes": info.notes, "counters": info.counters,
-             "input": str(info.path), "trace_id": info.trace_id, "rank": info.rank}
+    stats = {
+        "rows": result.rows,
+        "kinds": result.kinds,
+        "notes": info.notes,
+        "counters": info.counters,
+        "input": str(info.path),
+        "trace_id": info.trace_id,
+        "rank": info.rank,
+    }
     return {
         S.META_SCHEMA_VERSION: S.SCHEMA_VERSION.encode(),
         S.META_SOURCE: info.source.encode(),
@@ -73,8 +91,14 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
     try:
         # zstd level 1, and dictionary pages only where the schema says dictionary: the
         # args JSON never repeats, and trying to dictionary-encode it costs time and size.
-        with pq.ParquetWriter(tmp, S.SCHEMA, compression="zstd", compression_level=1,
-                              use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS) as writer:
+        with pq.ParquetWriter(
+            tmp,
+            S.SCHEMA,
+            compression="zstd",
+            compression_level=1,
+            use_dictionary=DICTIONARY_COLUMNS,
+            write_statistics=STATISTICS_COLUMNS,
+        ) as writer:
             background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)))
             try:
                 for table in tables:
@@ -91,8 +115,9 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
     return result
 
 
-def convert(path: Path, out: Path, fmt: str | None = None, progress: Progress | None = None,
-            **options: Any) -> WriteResult:
+def convert(
+    path: Path, out: Path, fmt: str | None = None, progress: Progress | None = None, **options: Any
+) -> WriteResult:
     """Convert one input file (any supported format) to one unified Parquet file."""
     reader = open_reader(Path(path), fmt, progress=progress, **options)
     return write_tables(reader, reader.tables(), out)
@@ -122,11 +147,15 @@ def check_version(path: Path) -> dict[bytes, bytes]:
     meta = file_metadata(path)
     version = meta.get(S.META_SCHEMA_VERSION)
     if version is None:
-        raise SchemaVersionError(path, "is not a traceconv Parquet file (no schema version)",
-                                 "convert the trace with `traceconv ingest`")
+        raise SchemaVersionError(
+            path, "is not a traceconv Parquet file (no schema version)", "convert the trace with `traceconv ingest`"
+        )
     if version.decode() != S.SCHEMA_VERSION:
-        raise SchemaVersionError(path, f"was written with schema v{version.decode()}, this traceconv reads "
-                                 f"v{S.SCHEMA_VERSION}", "convert the original trace again")
+        raise SchemaVersionError(
+            path,
+            f"was written with schema v{version.decode()}, this traceconv reads v{S.SCHEMA_VERSION}",
+            "convert the original trace again",
+        )
     return meta
 
 
@@ -162,8 +191,9 @@ def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence
     return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filt)
 
 
-def read_unified(path: str | Path, kinds: Sequence[str] | None = None,
-                 columns: Sequence[str] | None = None) -> pd.DataFrame:
+def read_unified(
+    path: str | Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
     """A traceconv Parquet file or dataset directory as a pandas DataFrame.
 
     Example::

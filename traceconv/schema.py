@@ -85,8 +85,13 @@ COLUMNS: tuple[Column, ...] = (
     _C("launch_tid", pa.int64(), "", "GPU rows: thread of the launching API call", "both"),
     _C("queue_ns", pa.int64(), "ns", "GPU rows: start_ns - launch_end_ns when >= 0, else null", "both"),
     _C("wall_ns", pa.int64(), "ns", "GPU rows: max(launch_end_ns, end_ns) - launch_start_ns", "both"),
-    _C("op_event_id", pa.int64(), "", "GPU and API rows: event_id of the CPU operator (or NVTX range) it came from",
-       "both"),
+    _C(
+        "op_event_id",
+        pa.int64(),
+        "",
+        "GPU and API rows: event_id of the CPU operator (or NVTX range) it came from",
+        "both",
+    ),
     _C("op_name", DICT, "", "GPU and API rows: name of that operator", "both"),
     _C("graph_id", pa.int64(), "", "CUDA graph id", "nsys"),
     _C("graph_node_id", pa.int64(), "", "CUDA graph node id", "nsys"),
@@ -164,8 +169,9 @@ def _nulls(n: int, typ: pa.DataType, zeros: pa.Buffer) -> pa.Array:
     memory (66 MB for the 262k calls of a 22 MB nsys export) and the time to fault it in.
     """
     if pa.types.is_dictionary(typ):
-        return pa.DictionaryArray.from_buffers(typ, n, [zeros, zeros], dictionary=pa.nulls(0, typ.value_type),
-                                               null_count=n)
+        return pa.DictionaryArray.from_buffers(
+            typ, n, [zeros, zeros], dictionary=pa.nulls(0, typ.value_type), null_count=n
+        )
     buffers = [zeros, zeros, zeros] if typ == pa.string() else [zeros, zeros]
     return pa.Array.from_buffers(typ, n, buffers, null_count=n)
 

@@ -109,7 +109,7 @@ def walk_events(text: str, i: int) -> tuple[list[tuple[int, int]], int | None]:
             return spans, None
         spans.append((i, end))
         i = ws.match(text, end).end()  # type: ignore[union-attr]
-        if text[i:i + 1] == ",":
+        if text[i : i + 1] == ",":
             i += 1
 
 
@@ -158,10 +158,14 @@ def top_level_positions(event: bytes, wanted: int) -> list[int]:
 def truncated_case(t: Trace, cut: int, file: str, how: str) -> tuple[Case, bytes]:
     kept = complete_events(t.data[:cut])
     assert kept == sum(1 for _, end in t.spans if end <= cut)  # two ways, one answer
-    case = Case(file=file, source=t.rel, group="truncated",
-                how=f"{how}: cut at byte {cut:,} of {len(t.data):,} (decompressed), inside the events array",
-                error=["truncated", "--salvage", f"{kept:,} complete events"],
-                salvage={"exit": 6, "events": kept, "keep": {"prefix": kept}})
+    case = Case(
+        file=file,
+        source=t.rel,
+        group="truncated",
+        how=f"{how}: cut at byte {cut:,} of {len(t.data):,} (decompressed), inside the events array",
+        error=["truncated", "--salvage", f"{kept:,} complete events"],
+        salvage={"exit": 6, "events": kept, "keep": {"prefix": kept}},
+    )
     return case, t.data[:cut]
 
 
@@ -171,10 +175,12 @@ def truncations(t: Trace, rng: random.Random, stem: str, n_random: int, boundari
     if boundaries:
         k = rng.randrange(1, len(t.spans) - 2)
         end, nxt = t.spans[k][1], t.spans[k + 1][0]
-        cuts += [(end - 1, "before_brace", f"just before the closing brace of event {k}"),
-                 (end, "after_brace", f"just after the closing brace of event {k}"),
-                 (end + 1, "after_comma", f"just after the comma following event {k}"),
-                 (nxt + 1, "after_open", f"just after the opening brace of event {k + 1}")]
+        cuts += [
+            (end - 1, "before_brace", f"just before the closing brace of event {k}"),
+            (end, "after_brace", f"just after the closing brace of event {k}"),
+            (end + 1, "after_comma", f"just after the comma following event {k}"),
+            (nxt + 1, "after_open", f"just after the opening brace of event {k + 1}"),
+        ]
     return [truncated_case(t, cut, f"{stem}.trunc_{tag}.json.tmp", how) for cut, tag, how in cuts]
 
 
@@ -187,10 +193,14 @@ def gzip_cuts(t: Trace, raw_gz: bytes, rng: random.Random, stem: str, n: int) ->
         if not t.spans[0][1] < len(prefix) < t.array_end:
             continue
         kept = complete_events(prefix)
-        case = Case(file=f"{stem}.gzcut{len(out)}.json.gz", source=t.rel, group="gzip_cut",
-                    how=f"gzip stream cut at byte {cut:,} of {len(raw_gz):,}: {len(prefix):,} bytes decompress",
-                    error=["--salvage", f"{kept:,} complete events"],
-                    salvage={"exit": 6, "events": kept, "keep": {"prefix": kept}})
+        case = Case(
+            file=f"{stem}.gzcut{len(out)}.json.gz",
+            source=t.rel,
+            group="gzip_cut",
+            how=f"gzip stream cut at byte {cut:,} of {len(raw_gz):,}: {len(prefix):,} bytes decompress",
+            error=["--salvage", f"{kept:,} complete events"],
+            salvage={"exit": 6, "events": kept, "keep": {"prefix": kept}},
+        )
         out.append((case, raw_gz[:cut]))
     return out
 
@@ -216,11 +226,16 @@ def damaged_case(t: Trace, which: list[int], rng: random.Random, file: str, how:
         data[at] ^= rng.choice(FLIP_MASKS)
         offsets.append(at)
     first = min(offsets)
-    case = Case(file=file, source=t.rel, group="damaged",
-                how=f"{how}: one bit flipped in the ':' after a key of event(s) {which} at byte(s) "
-                    + ", ".join(f"{o:,}" for o in offsets),
-                error=["--salvage"], error_any=[f"byte {first:,}", f"byte {first}"],
-                salvage={"exit": 6, "events": len(t.spans) - len(which), "keep": {"drop": sorted(which)}})
+    case = Case(
+        file=file,
+        source=t.rel,
+        group="damaged",
+        how=f"{how}: one bit flipped in the ':' after a key of event(s) {which} at byte(s) "
+        + ", ".join(f"{o:,}" for o in offsets),
+        error=["--salvage"],
+        error_any=[f"byte {first:,}", f"byte {first}"],
+        salvage={"exit": 6, "events": len(t.spans) - len(which), "keep": {"drop": sorted(which)}},
+    )
     return case, bytes(data)
 
 
@@ -230,29 +245,54 @@ def damages(t: Trace, rng: random.Random, stem: str, full: bool) -> list[tuple[C
     cases = [damaged_case(t, [rng.choice(mid)], rng, f"{stem}.damaged_mid.json", "damage in the middle")]
     if full:
         a, b = sorted(rng.sample(mid, 2))
-        cases += [damaged_case(t, [a, b], rng, f"{stem}.damaged_two.json", "two damaged events"),
-                  damaged_case(t, [ok[0]], rng, f"{stem}.damaged_first.json", "damage in the first event"),
-                  damaged_case(t, [ok[-1]], rng, f"{stem}.damaged_last.json", "damage in the last event")]
+        cases += [
+            damaged_case(t, [a, b], rng, f"{stem}.damaged_two.json", "two damaged events"),
+            damaged_case(t, [ok[0]], rng, f"{stem}.damaged_first.json", "damage in the first event"),
+            damaged_case(t, [ok[-1]], rng, f"{stem}.damaged_last.json", "damage in the last event"),
+        ]
     return cases
 
 
 def bit_flips(t: Trace, rng: random.Random, stem: str) -> list[tuple[Case, bytes]]:
     """Single bit flips that leave a well-formed prefix with a wrongly typed value before the syntax error."""
-    k = rng.choice([k for k in range(1, len(t.spans) - 1) if damageable(t, k)
-                    and NAME_VALUE.search(t.data, *t.spans[k]) and not INTERNAL_CUT.search(t.data[slice(*t.spans[k])])])
+    k = rng.choice(
+        [
+            k
+            for k in range(1, len(t.spans) - 1)
+            if damageable(t, k)
+            and NAME_VALUE.search(t.data, *t.spans[k])
+            and not INTERNAL_CUT.search(t.data[slice(*t.spans[k])])
+        ]
+    )
     m = re.compile(rb'"name":( )"').search(t.data, *t.spans[k])
     assert m is not None
     at = m.start(1)
-    name_flip = t.data[:at] + b"0" + t.data[at + 1:]  # ' ' ^ 0x10: "name":0"aten::mm"
+    name_flip = t.data[:at] + b"0" + t.data[at + 1 :]  # ' ' ^ 0x10: "name":0"aten::mm"
     first = len(t.data) - len(t.data.lstrip())
-    brace_flip = t.data[:first] + b"[" + t.data[first + 1:]  # '{' ^ 0x20
+    brace_flip = t.data[:first] + b"[" + t.data[first + 1 :]  # '{' ^ 0x20
     return [
-        (Case(f"{stem}.flip_name_space.json", t.rel, group="damaged",
-              how=f"one bit flipped at byte {at:,}: the space after \"name\": of event {k} became 0",
-              error=["--salvage"], error_any=[f"byte {n:,}" for n in (at, at + 1)] + [f"byte {at}", f"byte {at + 1}"],
-              salvage={"exit": 6, "events": len(t.spans) - 1, "keep": {"drop": [k]}}), name_flip),
-        (Case(f"{stem}.flip_first_brace.json", t.rel, group="damaged", exit=[3, 4],
-              how=f"one bit flipped at byte {first:,}: the document's opening brace became ["), brace_flip),
+        (
+            Case(
+                f"{stem}.flip_name_space.json",
+                t.rel,
+                group="damaged",
+                how=f'one bit flipped at byte {at:,}: the space after "name": of event {k} became 0',
+                error=["--salvage"],
+                error_any=[f"byte {n:,}" for n in (at, at + 1)] + [f"byte {at}", f"byte {at + 1}"],
+                salvage={"exit": 6, "events": len(t.spans) - 1, "keep": {"drop": [k]}},
+            ),
+            name_flip,
+        ),
+        (
+            Case(
+                f"{stem}.flip_first_brace.json",
+                t.rel,
+                group="damaged",
+                exit=[3, 4],
+                how=f"one bit flipped at byte {first:,}: the document's opening brace became [",
+            ),
+            brace_flip,
+        ),
     ]
 
 
@@ -274,8 +314,11 @@ class Injector:
         self.args: list[dict[str, Any]] = []  # string arguments given a raw byte
 
     def pick(self, test: Callable[[bytes], bool]) -> int:
-        free = [k for k, (s, e) in enumerate(self.t.spans)
-                if k not in self.edits and 0 < k < len(self.t.spans) - 1 and test(self.t.data[s:e])]
+        free = [
+            k
+            for k, (s, e) in enumerate(self.t.spans)
+            if k not in self.edits and 0 < k < len(self.t.spans) - 1 and test(self.t.data[s:e])
+        ]
         return self.rng.choice(free)
 
     def event(self, k: int) -> bytes:
@@ -284,6 +327,7 @@ class Injector:
 
     def name(self, make: Callable[[str], tuple[bytes, dict[str, str]]]) -> None:
         """Replace a plain ASCII name by ``make(old) -> (raw bytes written, expected name check)``."""
+
         def plain(ev: bytes) -> bool:
             m = NAME_VALUE.search(ev)
             return bool(m and m.group(1).isascii() and b"\\" not in m.group(1))
@@ -293,7 +337,7 @@ class Injector:
         m = NAME_VALUE.search(ev)
         assert m is not None
         raw, expect = make(m.group(1).decode())
-        self.edits[k] = ev[:m.start(1)] + raw + ev[m.end(1):]
+        self.edits[k] = ev[: m.start(1)] + raw + ev[m.end(1) :]
         self.names.append({"index": k, **expect})
 
     def bare(self, token: bytes) -> int:
@@ -301,7 +345,7 @@ class Injector:
         ev = self.event(k)
         hits = list(NUMBER_ARG.finditer(ev, ev.find(b'"args"')))
         m = self.rng.choice(hits)
-        self.edits[k] = ev[:m.start(2)] + token + ev[m.end(2):]
+        self.edits[k] = ev[: m.start(2)] + token + ev[m.end(2) :]
         return k
 
     def string_arg(self, byte: bytes) -> None:
@@ -310,7 +354,7 @@ class Injector:
         ev = self.event(k)
         m = STRING_ARG.search(ev, ev.find(b'"args"'))
         assert m is not None
-        self.edits[k] = ev[:m.end(2)] + byte + b"tail" + ev[m.end(2):]
+        self.edits[k] = ev[: m.end(2)] + byte + b"tail" + ev[m.end(2) :]
         self.args.append({"index": k, "key": m.group(1).decode()})
 
     def trailing_comma_in_args(self) -> None:
@@ -318,14 +362,14 @@ class Injector:
         ev = self.event(k)
         m = ARGS_END.search(ev)
         assert m is not None
-        self.edits[k] = ev[:m.end(1)] + b"," + ev[m.end(1):]
+        self.edits[k] = ev[: m.end(1)] + b"," + ev[m.end(1) :]
 
     def trailing_comma_in_list(self) -> None:
         k = self.pick(lambda ev: b'"args"' in ev and bool(LIST_END.search(ev, ev.find(b'"args"'))))
         ev = self.event(k)
         m = LIST_END.search(ev, ev.find(b'"args"'))
         assert m is not None
-        self.edits[k] = ev[:m.start(1)] + b"," + ev[m.start(1):]
+        self.edits[k] = ev[: m.start(1)] + b"," + ev[m.start(1) :]
 
     def render(self, after_last: bytes = b"") -> bytes:
         parts, pos = [], 0
@@ -407,10 +451,22 @@ def dialect_cases(t: Trace, rng: random.Random, stem: str, which: list[str]) -> 
         count, after = inject(inj, dialect)
         words, how = DIALECTS[dialect]
         counts = [count, 2 * count] if dialect == "quotes" else [count]  # per name, or per quote
-        out.append((Case(file=f"{stem}.dialect_{dialect}.json", source=t.rel, group="dialect", how=how, exit=[0],
-                         events=len(t.spans), names=inj.names, args_valid=inj.args,
-                         notes=[{"any": words, "counts": counts}]),
-                    inj.render(after)))
+        out.append(
+            (
+                Case(
+                    file=f"{stem}.dialect_{dialect}.json",
+                    source=t.rel,
+                    group="dialect",
+                    how=how,
+                    exit=[0],
+                    events=len(t.spans),
+                    names=inj.names,
+                    args_valid=inj.args,
+                    notes=[{"any": words, "counts": counts}],
+                ),
+                inj.render(after),
+            )
+        )
     return out
 
 
@@ -425,8 +481,16 @@ def all_dialects_case(t: Trace, rng: random.Random, stem: str) -> tuple[Case, by
         if dialect.startswith("bare_"):  # one note for both kinds of bare value, or one each
             words, counts = [dialect.removeprefix("bare_").replace("na", "n/a")], [count, 2 * count]
         notes.append({"any": words, "counts": counts})
-    case = Case(file=f"{stem}.dialect_all.json", source=t.rel, group="dialect", exit=[0], events=len(t.spans),
-                how="every dialect at once, each in different events", names=inj.names, notes=notes)
+    case = Case(
+        file=f"{stem}.dialect_all.json",
+        source=t.rel,
+        group="dialect",
+        exit=[0],
+        events=len(t.spans),
+        how="every dialect at once, each in different events",
+        names=inj.names,
+        notes=notes,
+    )
     return case, inj.render()
 
 
@@ -436,15 +500,22 @@ def deep_nesting_case(t: Trace, rng: random.Random) -> tuple[Case, bytes]:
     ev = inj.event(k)
     at = ev.index(b'"args": {') + len(b'"args": {')
     inj.edits[k] = ev[:at] + b'"deep": ' + b"[" * NEST_DEPTH + b"]" * NEST_DEPTH + b", " + ev[at:]
-    case = Case(file="deep_nesting.json", source=t.rel, group="hostile", exit=[0, 3, 4], events=len(t.spans),
-                how=f"an argument nested {NEST_DEPTH:,} lists deep in event {k}; either a clear error or "
-                    "converted with that argument kept (as text)", arg_key={"index": k, "key": "deep"})
+    case = Case(
+        file="deep_nesting.json",
+        source=t.rel,
+        group="hostile",
+        exit=[0, 3, 4],
+        events=len(t.spans),
+        how=f"an argument nested {NEST_DEPTH:,} lists deep in event {k}; either a clear error or "
+        "converted with that argument kept (as text)",
+        arg_key={"index": k, "key": "deep"},
+    )
     return case, inj.render()
 
 
 # -- not traces, gzip damage ---------------------------------------------------------------
 def not_a_trace_cases(t: Trace) -> list[tuple[Case, bytes]]:
-    header = t.data[:t.array_start]
+    header = t.data[: t.array_start]
     header = EVENTS_KEY.sub(b"", header).rstrip().rstrip(b",") + b"\n}\n"
     csv = STATS_CSV.read_bytes()
     streams_gz = gzip.compress(t.data, mtime=0)
@@ -454,16 +525,52 @@ def not_a_trace_cases(t: Trace) -> list[tuple[Case, bytes]]:
     rel = t.rel
     return [
         (Case("empty.json", rel, "an empty file (a run killed before writing)", "not_a_trace", error=["empty"]), b""),
-        (Case("empty.json.gz", rel, "a valid gzip stream of nothing", "not_a_trace", error=["empty"]),
-         gzip.compress(b"", mtime=0)),
-        (Case("kernel_summary.json", str(STATS_CSV.relative_to(ROOT)), "nsys stats CSV output named .json",
-              "not_a_trace", exit=[4], error_any=["not a", "neither", "unsupported"]), csv),
-        (Case("no_trace_events.json", rel, "the trace's top-level keys with traceEvents removed", "not_a_trace",
-              exit=[4], error=["traceEvents"]), header),
-        (Case("bad_method.json.gz", rel, "gzip header with compression method 7 (not deflate)", "gzip_damaged",
-              error_any=["gzip", "damaged", "corrupt", "compress"]), bad_method),
-        (Case("garbled.json.gz", rel, "deflate data overwritten with random bytes after the gzip header",
-              "gzip_damaged", error_any=["gzip", "damaged", "corrupt", "compress", "invalid"]), bytes(garbled)),
+        (
+            Case("empty.json.gz", rel, "a valid gzip stream of nothing", "not_a_trace", error=["empty"]),
+            gzip.compress(b"", mtime=0),
+        ),
+        (
+            Case(
+                "kernel_summary.json",
+                str(STATS_CSV.relative_to(ROOT)),
+                "nsys stats CSV output named .json",
+                "not_a_trace",
+                exit=[4],
+                error_any=["not a", "neither", "unsupported"],
+            ),
+            csv,
+        ),
+        (
+            Case(
+                "no_trace_events.json",
+                rel,
+                "the trace's top-level keys with traceEvents removed",
+                "not_a_trace",
+                exit=[4],
+                error=["traceEvents"],
+            ),
+            header,
+        ),
+        (
+            Case(
+                "bad_method.json.gz",
+                rel,
+                "gzip header with compression method 7 (not deflate)",
+                "gzip_damaged",
+                error_any=["gzip", "damaged", "corrupt", "compress"],
+            ),
+            bad_method,
+        ),
+        (
+            Case(
+                "garbled.json.gz",
+                rel,
+                "deflate data overwritten with random bytes after the gzip header",
+                "gzip_damaged",
+                error_any=["gzip", "damaged", "corrupt", "compress", "invalid"],
+            ),
+            bytes(garbled),
+        ),
     ]
 
 
@@ -474,12 +581,23 @@ def sqlite_cases(out: Path, rng: random.Random) -> list[Case]:
     lab = out / "lab_results.sqlite"
     with sqlite3.connect(lab) as db:
         db.execute("CREATE TABLE samples (id INTEGER PRIMARY KEY, start INTEGER, end INTEGER, name TEXT)")
-        db.executemany("INSERT INTO samples (start, end, name) VALUES (?, ?, ?)",
-                       [(i, i + rng.randrange(1, 100), f"s{i}") for i in range(50)])
+        db.executemany(
+            "INSERT INTO samples (start, end, name) VALUES (?, ?, ?)",
+            [(i, i + rng.randrange(1, 100), f"s{i}") for i in range(50)],
+        )
     db.close()
     for command in ("ingest", "nsys"):
-        cases.append(Case(lab.name, "(made with sqlite3)", f"an SQLite database that is not an nsys export ({command})",
-                          "sqlite", command=command, exit=[4], error_any=["nsight", "nsys"]))
+        cases.append(
+            Case(
+                lab.name,
+                "(made with sqlite3)",
+                f"an SQLite database that is not an nsys export ({command})",
+                "sqlite",
+                command=command,
+                exit=[4],
+                error_any=["nsight", "nsys"],
+            )
+        )
     page = 4096
     with sqlite3.connect(f"file:{NSYS}?mode=ro", uri=True) as db:
         page = db.execute("PRAGMA page_size").fetchone()[0]
@@ -487,24 +605,47 @@ def sqlite_cases(out: Path, rng: random.Random) -> list[Case]:
         kernels = db.execute(f"SELECT count(*) FROM {KERNEL_TABLE}").fetchone()[0]
     db.close()
     raw = NSYS.read_bytes()
-    damaged = [("kernel_root", f"page {root} (root of {KERNEL_TABLE}) overwritten with random bytes",
-                _overwrite(raw, (root - 1) * page, page, rng)),
-               ("schema_page", "page 1 after the 100-byte header (the schema) overwritten with random bytes",
-                _overwrite(raw, 100, page - 100, rng)),
-               ("cut_in_half", f"cut at byte {len(raw) // 2:,} of {len(raw):,}", raw[:len(raw) // 2])]
+    damaged = [
+        (
+            "kernel_root",
+            f"page {root} (root of {KERNEL_TABLE}) overwritten with random bytes",
+            _overwrite(raw, (root - 1) * page, page, rng),
+        ),
+        (
+            "schema_page",
+            "page 1 after the 100-byte header (the schema) overwritten with random bytes",
+            _overwrite(raw, 100, page - 100, rng),
+        ),
+        ("cut_in_half", f"cut at byte {len(raw) // 2:,} of {len(raw):,}", raw[: len(raw) // 2]),
+    ]
     for tag, how, data in damaged:
         (out / f"fixed.{tag}.sqlite").write_bytes(data)
-        cases.append(Case(f"fixed.{tag}.sqlite", src, how, "sqlite", command="nsys", exit=[3],
-                          error_any=["corrupt", "damaged", "malformed", "not a database", "readable"]))
+        cases.append(
+            Case(
+                f"fixed.{tag}.sqlite",
+                src,
+                how,
+                "sqlite",
+                command="nsys",
+                exit=[3],
+                error_any=["corrupt", "damaged", "malformed", "not a database", "readable"],
+            )
+        )
     cases.append(_dropped(out, src, "no_kernels", [KERNEL_TABLE], ["kernel"], kernels))
-    cupti = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-             "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_CUDA_EVENT"]
+    cupti = [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+    ]
     cases.append(_dropped(out, src, "no_cupti", cupti, ["kernel", "memcpy", "memset", "cuda_api", "sync"], None))
     return cases
 
 
 def _overwrite(raw: bytes, at: int, n: int, rng: random.Random) -> bytes:
-    return raw[:at] + rng.randbytes(n) + raw[at + n:]
+    return raw[:at] + rng.randbytes(n) + raw[at + n :]
 
 
 def _dropped(out: Path, src: str, tag: str, tables: list[str], absent: list[str], removed: int | None) -> Case:
@@ -515,8 +656,16 @@ def _dropped(out: Path, src: str, tag: str, tables: list[str], absent: list[str]
         for table in tables:
             db.execute(f"DROP TABLE {table}")
     db.close()
-    return Case(path.name, src, f"a copy with {', '.join(tables)} dropped", "sqlite", command="nsys", exit=[0],
-                kinds_absent=absent, rows_removed=removed)
+    return Case(
+        path.name,
+        src,
+        f"a copy with {', '.join(tables)} dropped",
+        "sqlite",
+        command="nsys",
+        exit=[0],
+        kinds_absent=absent,
+        rows_removed=removed,
+    )
 
 
 # -- the whole corpus -----------------------------------------------------------------------
@@ -526,8 +675,13 @@ def json_cases(rng: random.Random) -> list[tuple[Case, bytes]]:
     made: list[tuple[Case, bytes]] = []
     made += truncations(streams, rng, "streams_memcpy", 2, boundaries=True)
     made += truncations(graph, rng, "cuda_graph", 1, boundaries=True)
-    for t, stem in ((seed, "seed_linear"), (triton, "compiled_triton"), (hta, "hta_inference"),
-                    (amd, "amd_vllm"), (train, "train_buggy")):
+    for t, stem in (
+        (seed, "seed_linear"),
+        (triton, "compiled_triton"),
+        (hta, "hta_inference"),
+        (amd, "amd_vllm"),
+        (train, "train_buggy"),
+    ):
         made += truncations(t, rng, stem, 1, boundaries=False)
     made += gzip_cuts(train, TRAIN.read_bytes(), rng, "train_buggy", 2)
     made += gzip_cuts(streams, gzip.compress(streams.data, mtime=0), rng, "streams_memcpy", 1)
@@ -553,8 +707,16 @@ def generate(out: Path, seed: int = SEED) -> list[Case]:
     folder = out / "no_traces"
     folder.mkdir(exist_ok=True)
     shutil.copyfile(STATS_CSV, folder / STATS_CSV.name)
-    cases.append(Case("no_traces", str(STATS_CSV.relative_to(ROOT)), "a folder holding only a CSV file",
-                      "not_a_trace", exit=[3], error_any=["no trace"]))
+    cases.append(
+        Case(
+            "no_traces",
+            str(STATS_CSV.relative_to(ROOT)),
+            "a folder holding only a CSV file",
+            "not_a_trace",
+            exit=[3],
+            error_any=["no trace"],
+        )
+    )
     cases += sqlite_cases(out, rng)
     names = [c.file + c.command for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"

@@ -44,7 +44,8 @@ def sniff(path: Path) -> str:
     if not head:
         raise InputError(path, "is empty", "the profiler may not have finished writing it")
     raise UnsupportedFormatError(
-        path, "is neither a PyTorch profiler trace (JSON) nor an Nsight Systems report or SQLite export",
+        path,
+        "is neither a PyTorch profiler trace (JSON) nor an Nsight Systems report or SQLite export",
         "give a .json/.json.gz trace, a .nsys-rep/.qdrep report or its .sqlite export",
     )
 

@@ -159,8 +159,14 @@ class EventChunks:
     in :attr:`damage` instead of raising.
     """
 
-    def __init__(self, path: Path, decode: Callable[[bytes], Sized], progress: Callable[[int], None] | None = None,
-                 chunk_size: int = CHUNK, salvage: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        decode: Callable[[bytes], Sized],
+        progress: Callable[[int], None] | None = None,
+        chunk_size: int = CHUNK,
+        salvage: bool = False,
+    ) -> None:
         self.path = path
         self.decode = decode
         self.progress = progress
@@ -205,9 +211,12 @@ class EventChunks:
             return b""
         self._decompressed += len(data)
         if compressed and self._decompressed > MAX_EVENT and self._decompressed > MAX_RATIO * compressed:
-            raise InputError(self.path, f"decompresses to over {MAX_RATIO}x its size "
-                             f"({self._decompressed:,} bytes from {compressed:,}); refusing a likely gzip bomb",
-                             "decompress it yourself if you trust it")
+            raise InputError(
+                self.path,
+                f"decompresses to over {MAX_RATIO}x its size "
+                f"({self._decompressed:,} bytes from {compressed:,}); refusing a likely gzip bomb",
+                "decompress it yourself if you trust it",
+            )
         return data
 
     # -- header ---------------------------------------------------------------------
@@ -218,18 +227,19 @@ class EventChunks:
             start = _skip_ws(buf, 0)
             if start < len(buf) and buf[start] == ord("["):
                 self._offset = start + 1
-                return buf[start + 1:], eof
+                return buf[start + 1 :], eof
             if start < len(buf) and buf[start] != ord("{"):
                 raise UnsupportedFormatError(
-                    self.path, f"not a JSON trace (starts with {bytes(buf[start:start + 10])!r})",
+                    self.path,
+                    f"not a JSON trace (starts with {bytes(buf[start : start + 10])!r})",
                     "give a PyTorch profiler trace (.json or .json.gz) or an Nsight Systems file",
                 )
             m = _EVENTS_KEY.search(buf)
             if m:
-                head = bytes(buf[:m.start()]).rstrip().rstrip(b",")
+                head = bytes(buf[: m.start()]).rstrip().rstrip(b",")
                 self.document.top.update(self._parse_object(head + b"}", 0))
                 self._offset = m.end()
-                return buf[m.end():], eof
+                return buf[m.end() :], eof
             if eof or len(buf) > MAX_HEADER:
                 self._no_events(buf, eof)
             more = self._read(fh, raw)
@@ -238,13 +248,17 @@ class EventChunks:
 
     def _no_events(self, buf: bytearray, eof: bool) -> NoReturn:
         if not buf.strip():
-            raise InputError(self.path, "is empty" + (f" ({self._cut_short})" if self._cut_short else ""),
-                             "the profiler may not have finished writing it")
+            raise InputError(
+                self.path,
+                "is empty" + (f" ({self._cut_short})" if self._cut_short else ""),
+                "the profiler may not have finished writing it",
+            )
         if eof and self._cut_short:
             raise InputError(self.path, self._cut_short + ", before the traceEvents array", "re-copy the file")
         where = "in the first 64 MiB" if not eof else "in the file"
-        raise UnsupportedFormatError(self.path, f'no "traceEvents" array {where}',
-                                     "is this a PyTorch profiler / Chrome trace JSON?")
+        raise UnsupportedFormatError(
+            self.path, f'no "traceEvents" array {where}', "is this a PyTorch profiler / Chrome trace JSON?"
+        )
 
     def _parse_object(self, text: bytes, at: int) -> dict[str, Any]:
         try:
@@ -253,8 +267,11 @@ class EventChunks:
             if self.salvage:
                 self.damage.notes.append(f"top-level keys near byte {at:,} are damaged and were skipped")
                 return {}
-            raise InputError(self.path, f"invalid JSON in the top-level keys near byte {at + exc.pos:,}: {exc.msg}",
-                             "check that the file is a complete trace, or use --salvage") from exc
+            raise InputError(
+                self.path,
+                f"invalid JSON in the top-level keys near byte {at + exc.pos:,}: {exc.msg}",
+                "check that the file is a complete trace, or use --salvage",
+            ) from exc
         if not isinstance(obj, dict):
             raise UnsupportedFormatError(self.path, "top level is not a JSON object", "give a trace file")
         return obj
@@ -276,8 +293,11 @@ class EventChunks:
             cut = self._cut(buf, eof)
             if cut is None and not eof:  # one event is larger than the buffer: read on
                 if len(buf) > MAX_EVENT:
-                    raise InputError(self.path, f"an event at byte {self._offset:,} is larger than "
-                                     f"{MAX_EVENT >> 20} MiB", "this is not a trace as PyTorch writes it")
+                    raise InputError(
+                        self.path,
+                        f"an event at byte {self._offset:,} is larger than {MAX_EVENT >> 20} MiB",
+                        "this is not a trace as PyTorch writes it",
+                    )
                 want = len(buf) + 2 * self.chunk_size
                 continue
             want = 2 * self.chunk_size
@@ -314,7 +334,7 @@ class EventChunks:
         if last is None:
             return None
         try:
-            return last.end() - 1, self.decode(bytes(buf[:last.start() + 1]))
+            return last.end() - 1, self.decode(bytes(buf[: last.start() + 1]))
         except ChunkDecodeError:
             return None
 
@@ -334,17 +354,17 @@ class EventChunks:
                 if not bad_cut(exc, len(body)):
                     self._fail(exc)
                 yield from self._truncated(body)
-        self._tail(buf[end + 1:])
+        self._tail(buf[end + 1 :])
 
     def _truncated(self, buf: bytes) -> Iterator[Sized]:
         """No closing ``]``: keep the complete events (with --salvage) or say how many there are."""
         kept, end = self._complete_prefix(buf)
         count = self.events + (len(kept) if kept is not None else 0)
-        reason = self._cut_short or (f"truncated: the traceEvents array is never closed "
-                                     f"(data ends at byte {self._offset + len(buf):,})")
+        reason = self._cut_short or (
+            f"truncated: the traceEvents array is never closed (data ends at byte {self._offset + len(buf):,})"
+        )
         if not self.salvage:
-            raise InputError(self.path, reason,
-                             f"use --salvage to keep the {count:,} complete events before it")
+            raise InputError(self.path, reason, f"use --salvage to keep the {count:,} complete events before it")
         self.damage.truncated = True
         self.damage.skip(self._offset + end, len(buf) - end, events=1 if buf[end:].strip(b" \t\r\n,") else 0)
         self.damage.notes.append(reason)
@@ -372,17 +392,26 @@ class EventChunks:
             if self.salvage:
                 self.damage.notes.append("unexpected data after the traceEvents array was ignored")
                 return
-            raise InputError(self.path, f"unexpected data after the traceEvents array near byte {self._offset:,}",
-                             "check that the file is one complete trace")
+            raise InputError(
+                self.path,
+                f"unexpected data after the traceEvents array near byte {self._offset:,}",
+                "check that the file is one complete trace",
+            )
         elif rest == b"" and not self.salvage and self.document.top:
-            raise InputError(self.path, "truncated after the traceEvents array (the closing } is missing)",
-                             f"use --salvage to keep the {self.events:,} complete events")
+            raise InputError(
+                self.path,
+                "truncated after the traceEvents array (the closing } is missing)",
+                f"use --salvage to keep the {self.events:,} complete events",
+            )
 
     def _fail(self, exc: ChunkDecodeError) -> NoReturn:
         at = self._offset + max((exc.pos or 1) - 1, 0)
         what = re.sub(r"^JSON is malformed: |\s*\(byte \d+\)$", "", str(exc))
-        raise InputError(self.path, f"invalid JSON at byte {at:,}: {what}",
-                         "the trace is damaged; use --salvage to keep the readable events")
+        raise InputError(
+            self.path,
+            f"invalid JSON at byte {at:,}: {what}",
+            "the trace is damaged; use --salvage to keep the readable events",
+        )
 
 
 class _Prefetch:
@@ -404,7 +433,10 @@ class _Prefetch:
             try:
                 data = self._fh.read(BLOCK)
                 item: tuple[bytes, int | None, BaseException | None] = (
-                    data, self._raw.tell() if self._raw is not None else None, None)
+                    data,
+                    self._raw.tell() if self._raw is not None else None,
+                    None,
+                )
             except BaseException as exc:  # handed to the parser, which decides
                 item, data = (b"", None, exc), b""
             while not self._stop.is_set():

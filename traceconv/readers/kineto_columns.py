@@ -18,10 +18,21 @@ from traceconv.readers.kineto_decode import Decoded
 
 # category (lower-cased) -> kind. Legacy 2021 names are the capitalised ones.
 CATEGORY_KINDS = {
-    "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
-    "cuda_runtime": "cuda_api", "cuda_driver": "cuda_api", "runtime": "cuda_api",
-    "cpu_op": "cpu_op", "operator": "cpu_op", "user_annotation": "nvtx", "gpu_user_annotation": "nvtx",
-    "python_function": "python", "cuda_sync": "sync", "cpu_instant_event": "marker",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_runtime": "cuda_api",
+    "cuda_driver": "cuda_api",
+    "runtime": "cuda_api",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "nvtx",
+    "gpu_user_annotation": "nvtx",
+    "python_function": "python",
+    "cuda_sync": "sync",
+    "cpu_instant_event": "marker",
 }
 API_CLASS = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
 GPU_SIDE = frozenset({"kernel", "memcpy", "memset"})
@@ -150,8 +161,9 @@ def _arg_int(args: pa.Array, pattern: str) -> pa.Array:
     try:
         return text.cast(pa.int64())
     except pa.ArrowInvalid:  # past int64: null here, kept in the args text
-        return numbers([int(v) if v is not None and -(2**63) <= int(v) < 2**63 else None
-                        for v in text.to_pylist()], pa.int64())
+        return numbers(
+            [int(v) if v is not None and -(2**63) <= int(v) < 2**63 else None for v in text.to_pylist()], pa.int64()
+        )
 
 
 def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:
@@ -203,11 +215,11 @@ def _api_class(cat: pa.Array, kinds: I64) -> pa.Array:
     return from_codes(codes, labels)
 
 
-def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: pa.DictionaryArray,
-                n: int) -> None:
+def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: pa.DictionaryArray, n: int) -> None:
     gpu = np.isin(kinds, [_KIND_CODE[k] for k in GPU_SIDE])
-    annot = np.asarray(pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")),
-                                "gpu_user_annotation"))
+    annot = np.asarray(
+        pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")), "gpu_user_annotation")
+    )
     idx = np.flatnonzero(gpu | annot)
     if len(idx) == 0:
         return
@@ -218,8 +230,9 @@ def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: p
 
     def dim(attr: str, k: int) -> pa.Array:
         vals = [getattr(a, attr) if a is not None else None for a in sel]
-        return scatter(n, idx, numbers([v[k] if isinstance(v, list) and len(v) > k else None for v in vals],
-                                       pa.int32()))
+        return scatter(
+            n, idx, numbers([v[k] if isinstance(v, list) and len(v) > k else None for v in vals], pa.int32())
+        )
 
     pid_dev, tid_stream = cols["pid"].take(pa.array(idx)), _stream_from_tid(cols, idx)
     cols["device"] = pc.coalesce(field("device", pa.int32()), scatter(n, idx, pid_dev.cast(pa.int32())))

@@ -48,14 +48,29 @@ class ExactEvent(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
-class Args(msgspec.Struct, gc=False, rename={
-    "external_id": "External id", "external_id_legacy": "external id", "registers": "registers per thread",
-    "shared_memory": "shared memory", "blocks_per_sm": "blocks per SM", "warps_per_sm": "warps per SM",
-    "occupancy": "est. achieved occupancy %", "theoretical_occupancy": "theoretical occupancy %",
-    "bandwidth": "memory bandwidth (GB/s)", "bytes_upper": "Bytes", "total_allocated": "Total Allocated",
-    "total_reserved": "Total Reserved", "device_id": "Device Id", "device_type": "Device Type",
-    "from_device": "fromDevice", "to_device": "toDevice", "thread_name": "name",
-}):
+class Args(
+    msgspec.Struct,
+    gc=False,
+    rename={
+        "external_id": "External id",
+        "external_id_legacy": "external id",
+        "registers": "registers per thread",
+        "shared_memory": "shared memory",
+        "blocks_per_sm": "blocks per SM",
+        "warps_per_sm": "warps per SM",
+        "occupancy": "est. achieved occupancy %",
+        "theoretical_occupancy": "theoretical occupancy %",
+        "bandwidth": "memory bandwidth (GB/s)",
+        "bytes_upper": "Bytes",
+        "total_allocated": "Total Allocated",
+        "total_reserved": "Total Reserved",
+        "device_id": "Device Id",
+        "device_type": "Device Type",
+        "from_device": "fromDevice",
+        "to_device": "toDevice",
+        "thread_name": "name",
+    },
+):
     correlation: Num = None
     external_id: Num = None
     external_id_legacy: Num = None
@@ -190,9 +205,15 @@ def _coerce_event(raw: msgspec.Raw, exact: bool) -> Any:
     cls = ExactEvent if exact else Event
     raw_args = _RAW_ARGS.decode(raw).args if obj else msgspec.Raw(b"")
     return cls(
-        ph=_text(obj.get("ph")) or "", cat=_text(obj.get("cat")), name=_text(obj.get("name")),
-        pid=_ident(obj.get("pid")), tid=_ident(obj.get("tid")), ts=_number(obj.get("ts"), exact),
-        dur=_number(obj.get("dur"), exact), id=_ident(obj.get("id")), args=raw_args,
+        ph=_text(obj.get("ph")) or "",
+        cat=_text(obj.get("cat")),
+        name=_text(obj.get("name")),
+        pid=_ident(obj.get("pid")),
+        tid=_ident(obj.get("tid")),
+        ts=_number(obj.get("ts"), exact),
+        dur=_number(obj.get("dur"), exact),
+        id=_ident(obj.get("id")),
+        args=raw_args,
     )
 
 

@@ -28,8 +28,15 @@ from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
 from traceconv.readers.links import SortedKeys
 
 _K = {k: i for i, k in enumerate(S.KINDS)}
-_COLS = (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"), ("pid", "pid"),
-         ("tid", "tid"), ("start", "start_ns"), ("end", "end_ns"))
+_COLS = (
+    ("event_id", "event_id"),
+    ("corr", "correlation_id"),
+    ("ext", "external_id"),
+    ("pid", "pid"),
+    ("tid", "tid"),
+    ("start", "start_ns"),
+    ("end", "end_ns"),
+)
 
 
 def _ranges(lo: I64, hi: I64) -> tuple[I64, I64]:
@@ -181,7 +188,8 @@ class LinkIndex:
             return pa.nulls(n, S.DICT), pa.nulls(n, S.DICT)
         pkey = pc.coalesce(table["pid_label"].cast(pa.string()), table["pid"].cast(pa.string()))
         tkey = pc.binary_join_element_wise(
-            pkey, pc.coalesce(table["tid_label"].cast(pa.string()), table["tid"].cast(pa.string())), "/")
+            pkey, pc.coalesce(table["tid_label"].cast(pa.string()), table["tid"].cast(pa.string())), "/"
+        )
         out = []
         for keys, mapping in ((pkey, self.process_names), (tkey, self.thread_names)):
             pos = pc.index_in(keys, value_set=pa.array(list(mapping), pa.string()))
@@ -203,8 +211,15 @@ class _OpResolver:
         self.ext_eid, self.ext_name = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         self.gpu_ext_eid = np.full(len(gpu["event_id"]), -1, np.int64)
         self.gpu_ext_name = np.full(len(gpu["event_id"]), -1, np.int64)
-        self.best = {flag: (np.full(n, np.iinfo(np.int64).min, np.int64), np.full(n, -1, np.int64),
-                            np.full(n, -1, np.int64), np.full(n, -1, np.int64)) for flag in (0, 1)}
+        self.best = {
+            flag: (
+                np.full(n, np.iinfo(np.int64).min, np.int64),
+                np.full(n, -1, np.int64),
+                np.full(n, -1, np.int64),
+                np.full(n, -1, np.int64),
+            )
+            for flag in (0, 1)
+        }
         self.threads: dict[tuple[int, int], int] = {}
         for p, t in np.unique(np.stack([api["pid"], api["tid"]], 1), axis=0).tolist() if n else []:
             self.threads[(int(p), int(t))] = len(self.threads)
@@ -222,9 +237,13 @@ class _OpResolver:
     def _ext(self, ops: dict[str, I64]) -> None:
         api = self.api
         op_i, j = self.ext_q.matches(ops["ext"])
-        ok = ((ops["pid"][op_i] == api["pid"][j]) & (ops["tid"][op_i] == api["tid"][j])
-              & (ops["start"][op_i] <= api["start"][j]) & (api["start"][j] <= ops["end"][op_i])
-              & (self.ext_eid[j] < 0))
+        ok = (
+            (ops["pid"][op_i] == api["pid"][j])
+            & (ops["tid"][op_i] == api["tid"][j])
+            & (ops["start"][op_i] <= api["start"][j])
+            & (api["start"][j] <= ops["end"][op_i])
+            & (self.ext_eid[j] < 0)
+        )
         self.ext_eid[j[ok]], self.ext_name[j[ok]] = ops["event_id"][op_i[ok]], ops["name"][op_i[ok]]
         op_i, g = self.gpu_q.matches(ops["ext"])
         free = self.gpu_ext_eid[g] < 0
@@ -262,8 +281,12 @@ class _OpResolver:
         st, en = ops["start"][op_i], ops["end"][op_i]
         better = (st > b_start[j]) | ((st == b_start[j]) & (en < b_end[j]))
         j, op_i = j[better], op_i[better]
-        b_start[j], b_end[j], b_eid[j], b_name[j] = ops["start"][op_i], ops["end"][op_i], ops["event_id"][op_i], \
-            ops["name"][op_i]
+        b_start[j], b_end[j], b_eid[j], b_name[j] = (
+            ops["start"][op_i],
+            ops["end"][op_i],
+            ops["event_id"][op_i],
+            ops["name"][op_i],
+        )
 
     def api_result(self) -> tuple[I64, I64]:
         eid, name = self.ext_eid.copy(), self.ext_name.copy()

@@ -70,8 +70,10 @@ def _utf8(chunk: bytes) -> tuple[bytes, int]:
 REPAIRS: tuple[tuple[str, Callable[[bytes], tuple[bytes, int]]], ...] = (
     ("invalid UTF-8 bytes replaced", _utf8),
     ("raw control bytes escaped", lambda b: _CONTROL.subn(lambda m: b"\\u%04x" % m.group(0)[0], b)),
-    ("raw tab and CR control characters in strings escaped",
-     _changed(_STRING_ON_LINE, lambda m: m.group(0).replace(b"\t", b"\\t").replace(b"\r", b"\\r"))),
+    (
+        "raw tab and CR control characters in strings escaped",
+        _changed(_STRING_ON_LINE, lambda m: m.group(0).replace(b"\t", b"\\t").replace(b"\r", b"\\r")),
+    ),
     ("unescaped quotes in names escaped", _changed(_NAME_LINE, _fix_name)),
     ("invalid backslash escapes doubled", _changed(_ESCAPE, _fix_escape)),
     ("bare inf/NaN/N/A values quoted", lambda b: _BARE.subn(rb'\1"\2"', b)),

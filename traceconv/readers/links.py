@@ -58,9 +58,7 @@ def _parents(start: I64, end: I64) -> I64:
     return parent
 
 
-def innermost_enclosing(
-    range_group: I64, range_start: I64, range_end: I64, query_group: I64, query_time: I64
-) -> I64:
+def innermost_enclosing(range_group: I64, range_start: I64, range_end: I64, query_group: I64, query_time: I64) -> I64:
     """Index of the innermost range of the same group that contains each query time, or -1.
 
     Groups are usually threads. A range contains ``t`` when ``start <= t <= end``.

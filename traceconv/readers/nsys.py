@@ -55,8 +55,13 @@ CUDA_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, GRAPH)
 class NsysReader:
     """One ``.sqlite`` export. ``source_path`` names the report it came from, when it did."""
 
-    def __init__(self, path: Path, progress: Progress | None = None, include_environment: bool = False,
-                 source_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        progress: Progress | None = None,
+        include_environment: bool = False,
+        source_path: Path | None = None,
+    ) -> None:
         self.path = Path(path)
         shown = Path(source_path) if source_path is not None else self.path
         self.info = TraceInfo(path=shown, source="nsys", trace_id=trace_stem(shown))
@@ -75,8 +80,10 @@ class NsysReader:
             db.close()
         unlinked = self.info.counters.get("gpu_rows_without_launch", 0)
         if unlinked:
-            self.info.notes.append(f"{unlinked:,} kernel/memcpy/memset rows have no launching CUDA API call in the "
-                                   "export (UVM migrations, or calls outside the capture): their launch_* are null")
+            self.info.notes.append(
+                f"{unlinked:,} kernel/memcpy/memset rows have no launching CUDA API call in the "
+                "export (UVM migrations, or calls outside the capture): their launch_* are null"
+            )
 
     def _describe(self, db: Database) -> int:
         meta: dict[str, Any] = dict(export_version(db))
@@ -98,20 +105,28 @@ class NsysReader:
     def _present(self, db: Database, strings: Strings, enums: Enums) -> list[tuple[str, Callable[[], Part]]]:
         """The converted tables this export has, in event-id order (NVTX and API calls first: links need them)."""
         readers: list[tuple[str, Callable[[], Part]]] = [
-            (NVTX, lambda: nvtx(db, strings)), (RUNTIME, lambda: apis(db, strings, RUNTIME)),
-            (KERNEL, lambda: kernels(db, strings)), (MEMCPY, lambda: memcpys(db, enums)),
-            (MEMSET, lambda: memsets(db, enums)), (SYNC, lambda: syncs(db, enums)),
-            (GRAPH, lambda: graphs(db)), (OSRT, lambda: apis(db, strings, OSRT))]
+            (NVTX, lambda: nvtx(db, strings)),
+            (RUNTIME, lambda: apis(db, strings, RUNTIME)),
+            (KERNEL, lambda: kernels(db, strings)),
+            (MEMCPY, lambda: memcpys(db, enums)),
+            (MEMSET, lambda: memsets(db, enums)),
+            (SYNC, lambda: syncs(db, enums)),
+            (GRAPH, lambda: graphs(db)),
+            (OSRT, lambda: apis(db, strings, OSRT)),
+        ]
         if not any(db.has(t) for t in CUDA_TABLES):
-            self.info.notes.append("the export has no CUDA tables (profiled without `-t cuda`?): "
-                                   "no kernels, copies or API calls to convert")
+            self.info.notes.append(
+                "the export has no CUDA tables (profiled without `-t cuda`?): "
+                "no kernels, copies or API calls to convert"
+            )
         skipped = unconverted(db, {table for table, _ in readers})
         if skipped:
             self.info.notes.append("not converted (no place in the unified schema yet): " + ", ".join(skipped))
         return [(table, read) for table, read in readers if db.has(table)]
 
-    def _stream(self, db: Database, present: list[tuple[str, Callable[[], Part]]], names: Names,
-                offset: int) -> Iterator[pa.Table]:
+    def _stream(
+        self, db: Database, present: list[tuple[str, Callable[[], Part]]], names: Names, offset: int
+    ) -> Iterator[pa.Table]:
         """Read every table in worker threads and yield each as soon as its links can be made, so
         that writing the first tables overlaps reading the next (SQLite, Arrow and Parquet release
         the GIL)."""
@@ -165,9 +180,11 @@ class NsysReader:
     def _sync_types(self, cols: dict[str, Col]) -> None:
         cols["sync_type"], cols["name"], contradicted = sync_types(cols["sync_type"], cols.get("launch_name"))
         if contradicted:
-            self.info.notes.append(f"{contradicted:,} synchronisation rows have a syncType code that contradicts "
-                                   "their call (e.g. cudaStreamSynchronize coded as stream wait event): sync_type "
-                                   "follows the call; the code is in args")
+            self.info.notes.append(
+                f"{contradicted:,} synchronisation rows have a syncType code that contradicts "
+                "their call (e.g. cudaStreamSynchronize coded as stream wait event): sync_type "
+                "follows the call; the code is in args"
+            )
 
     def _count(self, key: str, n: int) -> None:
         self.info.counters[key] = self.info.counters.get(key, 0) + n

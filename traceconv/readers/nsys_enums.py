@@ -17,14 +17,41 @@ from traceconv.readers.arrow_util import I64, from_codes, to_numpy
 from traceconv.readers.nsys_parts import ChunkedCol, Col, DictCol, distinct
 from traceconv.readers.nsys_sql import Database
 
-COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-              8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "DeviceStatic",
-                6: "ManagedStatic", 7: "Unknown"}
+COPY_KINDS = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
+MEMORY_KINDS = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "DeviceStatic",
+    6: "ManagedStatic",
+    7: "Unknown",
+}
 SYNC_TYPES = {0: "unknown", 1: "event", 2: "stream_wait_event", 3: "stream", 4: "context"}
 # Kineto's names for CUPTI synchronisation records, so that both sources name them alike.
-SYNC_NAMES = {"unknown": "Unknown Sync", "event": "Event Sync", "stream_wait_event": "Stream Wait Event",
-              "stream": "Stream Sync", "context": "Context Sync"}
+SYNC_NAMES = {
+    "unknown": "Unknown Sync",
+    "event": "Event Sync",
+    "stream_wait_event": "Stream Wait Event",
+    "stream": "Stream Sync",
+    "context": "Context Sync",
+}
 
 _DIRECTION = re.compile(r"^(UVM_)?([A-Z])TO([A-Z])$")
 

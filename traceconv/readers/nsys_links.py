@@ -45,16 +45,14 @@ class Ranges:
             empty = np.zeros(0, dtype=np.int64)
             return cls(empty, empty, empty, empty, pa.array([], pa.string()))
         idx = np.flatnonzero(part.push_pop)
-        return cls(part.gtid[idx], part.start[idx], part.end[idx], first_id + idx,
-                   part.cols["name"].take(arrow(idx)))
+        return cls(part.gtid[idx], part.start[idx], part.end[idx], first_id + idx, part.cols["name"].take(arrow(idx)))
 
     def enclosing(self, gtid: I64, time: I64) -> dict[str, Col]:
         """``op_event_id`` and ``op_name`` for queries (thread, time); NONE thread -> null."""
         pos = innermost_enclosing(self.gtid, self.start, self.end, gtid, time)
         pos = np.where(gtid >= 0, pos, -1)
         ok = pos >= 0
-        event_id = pa.array(np.where(ok, self.event_id[np.maximum(pos, 0)] if len(self.event_id) else 0, 0),
-                            mask=~ok)
+        event_id = pa.array(np.where(ok, self.event_id[np.maximum(pos, 0)] if len(self.event_id) else 0, 0), mask=~ok)
         name = self.name.take(arrow(np.maximum(pos, 0), ~ok)) if len(self.name) else pa.nulls(len(pos), pa.string())
         return {"op_event_id": event_id, "op_name": name}
 
@@ -63,7 +61,7 @@ def _process_keys(api_gpid: I64, gpu_gpid: I64) -> tuple[I64, I64]:
     """Small process codes shared by both sides (NONE stays negative)."""
     _, codes = np.unique(np.concatenate([api_gpid, gpu_gpid]), return_inverse=True)
     codes = codes.reshape(-1).astype(np.int64)
-    return codes[: len(api_gpid)], codes[len(api_gpid):]
+    return codes[: len(api_gpid)], codes[len(api_gpid) :]
 
 
 def launch_index(launches: Launches, gpu: Part) -> tuple[I64, list[str]]:
@@ -85,8 +83,10 @@ def launch_index(launches: Launches, gpu: Part) -> tuple[I64, list[str]]:
     valid_keys = api_key[api_ok]
     duplicates = len(valid_keys) - len(distinct(valid_keys))
     if duplicates:
-        notes.append(f"{duplicates:,} CUDA API calls repeat a correlation id of their process; "
-                     "GPU work was linked to the first of them")
+        notes.append(
+            f"{duplicates:,} CUDA API calls repeat a correlation id of their process; "
+            "GPU work was linked to the first of them"
+        )
     return lookup(gpu_key, api_key), notes
 
 

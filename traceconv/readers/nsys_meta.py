@@ -21,19 +21,41 @@ EXPORT_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+, 2022.2-2023
 VERSION_KEYS = {"EXPORT_PRODUCT_VERSION": "nsys_version", "EXPORT_SCHEMA_VERSION": "nsys_export_schema_version"}
 GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")  # 2021.2+, older
 SESSION = "TARGET_INFO_SESSION_START_TIME"
-_MARKERS = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA",
-            "ThreadNames", "PROCESSES", "OSRT_API")
+_MARKERS = (
+    "CUPTI_ACTIVITY_KIND_",
+    "NVTX_EVENTS",
+    "TARGET_INFO_",
+    "META_DATA_",
+    "EXPORT_META_DATA",
+    "ThreadNames",
+    "PROCESSES",
+    "OSRT_API",
+)
 # Tables that describe rather than record events: not listed as "not converted".
-_DESCRIPTIVE = ("StringIds", "ENUM_", "META_DATA_", "EXPORT_META_DATA", "TARGET_INFO_", "PROCESSES", "ThreadNames",
-                "ProcessStreams", "ANALYSIS_", "UnwindMethodType", "NVTX_PAYLOAD_", "sqlite_")
+_DESCRIPTIVE = (
+    "StringIds",
+    "ENUM_",
+    "META_DATA_",
+    "EXPORT_META_DATA",
+    "TARGET_INFO_",
+    "PROCESSES",
+    "ThreadNames",
+    "ProcessStreams",
+    "ANALYSIS_",
+    "UnwindMethodType",
+    "NVTX_PAYLOAD_",
+    "sqlite_",
+)
 
 
 def check_export(db: Database) -> None:
     if db.has("StringIds") or any(t.startswith(_MARKERS) for t in db.tables):
         return
-    raise UnsupportedFormatError(db.path, "is an SQLite database but not an Nsight Systems export "
-                                 "(no StringIds, CUPTI or NVTX tables)",
-                                 "give a report exported by `nsys export --type sqlite`, or the .nsys-rep itself")
+    raise UnsupportedFormatError(
+        db.path,
+        "is an SQLite database but not an Nsight Systems export (no StringIds, CUPTI or NVTX tables)",
+        "give a report exported by `nsys export --type sqlite`, or the .nsys-rep itself",
+    )
 
 
 def export_version(db: Database) -> dict[str, str]:

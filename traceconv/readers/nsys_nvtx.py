@@ -61,7 +61,9 @@ def nvtx(db: Database, strings: Strings) -> Part:
         "kind": pa.DictionaryArray.from_arrays(arrow(kind.astype(np.int32)), pa.array(_KINDS)),
         "category": constant(n, NVTX),
         "phase": pa.DictionaryArray.from_arrays(pa.array(instant.astype(np.int32)), pa.array(["X", "i"])),
-        "name": name, "pid": decode_pid(gtid), "tid": decode_tid(gtid),
+        "name": name,
+        "pid": decode_pid(gtid),
+        "tid": decode_tid(gtid),
         "domain": _domains(gpid, ints(t, "domainId"), etype, name),
     }
     args = json_args(t, leftover(t, _USED))

@@ -52,9 +52,17 @@ class Part:
 
     def take(self, order: I64) -> Part:
         idx = arrow(order)
-        return Part(self.table, {k: v.take(idx) for k, v in self.cols.items()}, self.start[order], self.end[order],
-                    self.gtid[order], self.gpid[order], self.corr[order],
-                    None if self.push_pop is None else self.push_pop[order], self.notes)
+        return Part(
+            self.table,
+            {k: v.take(idx) for k, v in self.cols.items()},
+            self.start[order],
+            self.end[order],
+            self.gtid[order],
+            self.gpid[order],
+            self.corr[order],
+            None if self.push_pop is None else self.push_pop[order],
+            self.notes,
+        )
 
 
 def arrow(values: npt.NDArray[Any], mask: Bools | None = None) -> Col:
@@ -157,8 +165,11 @@ def json_args(table: pa.Table, names: list[str]) -> Col | None:
     Leftover columns repeat (launch type, cache config, ...): each distinct row is written
     once and shared, unless nearly every row is distinct.
     """
-    cols = {n: c for n in names if (c := column(table, n)) is not None
-            and (pa.types.is_integer(c.type) or pa.types.is_floating(c.type))}
+    cols = {
+        n: c
+        for n in names
+        if (c := column(table, n)) is not None and (pa.types.is_integer(c.type) or pa.types.is_floating(c.type))
+    }
     if not cols:
         return None
     inverse = row_codes(list(cols.values()))
@@ -166,8 +177,12 @@ def json_args(table: pa.Table, names: list[str]) -> Col | None:
     if len(first) > max(1024, table.num_rows // 4):
         return _joined_args(cols)
     rows = pa.table(cols).take(arrow(first)).to_pylist()
-    texts = [json.dumps({k: v if not isinstance(v, float) or np.isfinite(v) else None for k, v in r.items()},
-                        separators=(",", ":")) for r in rows]
+    texts = [
+        json.dumps(
+            {k: v if not isinstance(v, float) or np.isfinite(v) else None for k, v in r.items()}, separators=(",", ":")
+        )
+        for r in rows
+    ]
     return pa.array(texts, pa.string()).take(arrow(np.searchsorted(distinct_rows, inverse)))
 
 

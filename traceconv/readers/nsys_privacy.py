@@ -19,7 +19,9 @@ CAPTURE = "META_DATA_CAPTURE"
 SYSTEM = "TARGET_INFO_SYSTEM_ENV"
 CREDENTIAL = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|PASS\b|_PASS|KEY|AUTH|CREDENTIAL|COOKIE|SESSION|PRIVATE|"
-    r"SIGNATURE|CERT_?PASS|ACCESS_?ID|WEBHOOK|DSN|CONN(ECTION)?_?STR", re.IGNORECASE)
+    r"SIGNATURE|CERT_?PASS|ACCESS_?ID|WEBHOOK|DSN|CONN(ECTION)?_?STR",
+    re.IGNORECASE,
+)
 # Values that are credentials whatever their variable is called.
 SECRET_VALUE = re.compile(r"^(ghp_|gho_|github_pat_|hf_|sk-|xox[abp]-|AKIA|ASIA|glpat-|eyJ)[\w\-.]{8,}")
 URL_PASSWORD = re.compile(r"(\w+://[^/\s:@]+:)([^@\s/]+)(@)")

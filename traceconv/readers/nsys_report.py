@@ -46,8 +46,9 @@ def _runnable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_nsys(explicit: str | Path | None = None, env: Mapping[str, str] | None = None,
-              search: tuple[str, ...] = SEARCH) -> Path | None:
+def find_nsys(
+    explicit: str | Path | None = None, env: Mapping[str, str] | None = None, search: tuple[str, ...] = SEARCH
+) -> Path | None:
     """``--nsys``, then ``$NSYS``, then the PATH, then the usual install folders (newest first)."""
     env = os.environ if env is None else env
     if explicit is not None:
@@ -102,8 +103,13 @@ def _fresh(cache: Path, report: Path) -> bool:
 class NsysReportReader:
     """A report: run ``nsys export`` once, then read the SQLite export with :class:`NsysReader`."""
 
-    def __init__(self, path: Path, progress: Progress | None = None, nsys: str | Path | None = None,
-                 include_environment: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        progress: Progress | None = None,
+        nsys: str | Path | None = None,
+        include_environment: bool = False,
+    ) -> None:
         self.path = Path(path)
         self.info = TraceInfo(path=self.path, source="nsys", trace_id=trace_stem(self.path))
         self._progress = progress
@@ -112,10 +118,12 @@ class NsysReportReader:
         if self.nsys is None:
             by_hand = shlex.join(export_command("nsys", self.path, self.path.with_suffix(".sqlite")))
             raise ToolMissingError(
-                self.path, "is a report, and converting it needs Nsight Systems' `nsys`, which was not found "
+                self.path,
+                "is a report, and converting it needs Nsight Systems' `nsys`, which was not found "
                 "(--nsys, $NSYS, PATH, /opt/nvidia/..., /usr/local/cuda/bin)",
                 f"install Nsight Systems or pass --nsys PATH; or export it by hand with `{by_hand}` "
-                f"and convert the .sqlite")
+                f"and convert the .sqlite",
+            )
 
     def export(self) -> Path:
         cache = cache_path(self.path)
@@ -126,13 +134,17 @@ class NsysReportReader:
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False)
         except OSError as exc:
-            raise ToolMissingError(self.path, f"`{self.nsys}` could not be run ({exc})",
-                                   "pass a working nsys with --nsys") from exc
+            raise ToolMissingError(
+                self.path, f"`{self.nsys}` could not be run ({exc})", "pass a working nsys with --nsys"
+            ) from exc
         if done.returncode != 0 or not tmp.exists():
             tmp.unlink(missing_ok=True)
             said = (done.stderr or done.stdout).strip().splitlines()
-            raise InputError(self.path, f"`nsys export` failed (exit {done.returncode}): {said[-1] if said else ''}",
-                             f"a report newer than this nsys needs a newer one (--nsys PATH); ran: {shlex.join(cmd)}")
+            raise InputError(
+                self.path,
+                f"`nsys export` failed (exit {done.returncode}): {said[-1] if said else ''}",
+                f"a report newer than this nsys needs a newer one (--nsys PATH); ran: {shlex.join(cmd)}",
+            )
         os.replace(tmp, cache)
         return cache
 

@@ -154,8 +154,10 @@ class Database:
         lo, hi = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM [{table}]").fetchone()
         if lo is None:
             return
-        sql = (f"SELECT CAST(group_concat(line, char(10)) AS BLOB) FROM "
-               f"(SELECT {line} AS line FROM [{table}] WHERE rowid >= ? AND rowid < ?)")
+        sql = (
+            f"SELECT CAST(group_concat(line, char(10)) AS BLOB) FROM "
+            f"(SELECT {line} AS line FROM [{table}] WHERE rowid >= ? AND rowid < ?)"
+        )
         for first in range(lo, hi + 1, CHUNK_ROWS):
             (text,) = self.conn.execute(sql, (first, first + CHUNK_ROWS)).fetchone()
             if text:
@@ -185,16 +187,21 @@ class _Line:
                 _source(text),
                 read_options=pacsv.ReadOptions(column_names=["[", *self.names, "]"], block_size=1 << 22),
                 parse_options=pacsv.ParseOptions(quote_char=False),
-                convert_options=pacsv.ConvertOptions(include_columns=self.names, column_types=self.types,
-                                                     null_values=["null"]),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=self.names, column_types=self.types, null_values=["null"]
+                ),
             )
         has_text = any(t == pa.string() for t in self.types.values())
         return pacsv.read_csv(
             _source(text),
             read_options=pacsv.ReadOptions(column_names=self.names, block_size=len(text) + 1 if has_text else 1 << 22),
             parse_options=pacsv.ParseOptions(quote_char="'", double_quote=True, newlines_in_values=has_text),
-            convert_options=pacsv.ConvertOptions(column_types=self.types, null_values=["", "NULL"],
-                                                 strings_can_be_null=True, quoted_strings_can_be_null=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types=self.types,
+                null_values=["", "NULL"],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
         )
 
 

@@ -45,19 +45,36 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 OSRT = "OSRT_API"
 SKIPPED = frozenset({"callchainId", "gridId"})  # ids of tables not converted; a per-launch counter
-_DEVICE = {"deviceId": "device", "contextId": "context", "streamId": "stream", "correlationId": "correlation_id",
-           "graphNodeId": "graph_node_id", "graphId": "graph_id"}
-_KERNEL = {"gridX": "grid_x", "gridY": "grid_y", "gridZ": "grid_z", "blockX": "block_x", "blockY": "block_y",
-           "blockZ": "block_z", "registersPerThread": "registers_per_thread",
-           "staticSharedMemory": "static_shared_memory_bytes", "dynamicSharedMemory": "dynamic_shared_memory_bytes"}
+_DEVICE = {
+    "deviceId": "device",
+    "contextId": "context",
+    "streamId": "stream",
+    "correlationId": "correlation_id",
+    "graphNodeId": "graph_node_id",
+    "graphId": "graph_id",
+}
+_KERNEL = {
+    "gridX": "grid_x",
+    "gridY": "grid_y",
+    "gridZ": "grid_z",
+    "blockX": "block_x",
+    "blockY": "block_y",
+    "blockZ": "block_z",
+    "registersPerThread": "registers_per_thread",
+    "staticSharedMemory": "static_shared_memory_bytes",
+    "dynamicSharedMemory": "dynamic_shared_memory_bytes",
+}
 _COMMON = frozenset({"start", "end", "globalPid", "globalTid"})
 
 
 def _read(db: Database, table: str, names: frozenset[str]) -> pa.Table:
     have = db.columns(table)
     # Text columns and string ids are read only when mapped: args hold numbers only.
-    wanted = [c for c, typ in have.items()
-              if c not in SKIPPED and ((c not in STRING_ID_COLUMNS and typ != "TEXT") or c in names)]
+    wanted = [
+        c
+        for c, typ in have.items()
+        if c not in SKIPPED and ((c not in STRING_ID_COLUMNS and typ != "TEXT") or c in names)
+    ]
     return db.read(table, wanted)
 
 
@@ -78,8 +95,15 @@ def _gpu(t: pa.Table, table: str, kind: str, used: frozenset[str]) -> Part:
     args = json_args(t, leftover(t, used | _COMMON | set(_DEVICE)))
     if args is not None:
         cols["args"] = args
-    return Part(table, cols, times(t, "start"), times(t, "end"), np.full(n, NONE, dtype=np.int64), gpid,
-                ints(t, "correlationId"))
+    return Part(
+        table,
+        cols,
+        times(t, "start"),
+        times(t, "end"),
+        np.full(n, NONE, dtype=np.int64),
+        gpid,
+        ints(t, "correlationId"),
+    )
 
 
 def kernels(db: Database, strings: Strings) -> Part:
@@ -125,17 +149,28 @@ def memcpys(db: Database, enums: Enums) -> Part:
     t = _read(db, MEMCPY, used)
     part = _gpu(t, MEMCPY, "memcpy", used)
     n = t.num_rows
-    copy, src, dst = (_label(t, c, m) for c, m in (("copyKind", enums.copy), ("srcKind", enums.memory),
-                                                  ("dstKind", enums.memory)))
+    copy, src, dst = (
+        _label(t, c, m) for c, m in (("copyKind", enums.copy), ("srcKind", enums.memory), ("dstKind", enums.memory))
+    )
     name = join_texts("Memcpy ", _text(copy, n), " (", _text(src, n), " -> ", _text(dst, n), ")", null="?")
     part.cols["name"] = pc.dictionary_encode(name)
     _sizes(t, part.cols)
-    _put(part.cols, {"src_device": column(t, "srcDeviceId"), "dst_device": column(t, "dstDeviceId"),
-                     "copy_kind": copy, "src_kind": src, "dst_kind": dst})
+    _put(
+        part.cols,
+        {
+            "src_device": column(t, "srcDeviceId"),
+            "dst_device": column(t, "dstDeviceId"),
+            "copy_kind": copy,
+            "src_kind": src,
+            "dst_kind": dst,
+        },
+    )
     batched = int((ints(t, "copyCount") > 1).sum())
     if batched:
-        part.notes.append(f"{batched:,} memcpy rows stand for several copies each (`copyCount` > 1 in args, "
-                          "Nsight Systems 2025.3+): count them with copyCount, not as one copy")
+        part.notes.append(
+            f"{batched:,} memcpy rows stand for several copies each (`copyCount` > 1 in args, "
+            "Nsight Systems 2025.3+): count them with copyCount, not as one copy"
+        )
     return part
 
 
@@ -174,16 +209,22 @@ def sync_types(coded: Col, launch_name: Col | None) -> tuple[Col, Col, int]:
     by_call = np.full(len(by_code), -1, dtype=np.int64)
     if launch_name is not None:
         call_labels, call_codes = _codes(launch_name)
-        call_idx = np.array([labels.index(c) if (c := _sync_call(v)) else -1 for v in call_labels] or [-1],
-                            dtype=np.int64)
+        call_idx = np.array(
+            [labels.index(c) if (c := _sync_call(v)) else -1 for v in call_labels] or [-1], dtype=np.int64
+        )
         by_call = np.where(call_codes >= 0, call_idx[np.maximum(call_codes, 0)], -1)
     result = np.where(by_call >= 0, by_call, by_code)
     contradicted = int(((by_call >= 0) & (by_code >= 0) & (by_call != by_code)).sum())
     return from_codes(result, labels), from_codes(result, [SYNC_NAMES.get(v, v) for v in labels]), contradicted
 
 
-_SYNC_CALLS = (("StreamSynchronize", "stream"), ("DeviceSynchronize", "context"), ("CtxSynchronize", "context"),
-               ("EventSynchronize", "event"), ("StreamWaitEvent", "stream_wait_event"))
+_SYNC_CALLS = (
+    ("StreamSynchronize", "stream"),
+    ("DeviceSynchronize", "context"),
+    ("CtxSynchronize", "context"),
+    ("EventSynchronize", "event"),
+    ("StreamWaitEvent", "stream_wait_event"),
+)
 
 
 def _sync_call(name: str | None) -> str | None:
@@ -215,8 +256,12 @@ def apis(db: Database, strings: Strings, table: str) -> Part:
     gtid = ints(t, "globalTid")
     name = strings.names(ints(t, "nameId"), api_name if cuda else None)
     cols: dict[str, Col] = {
-        "kind": constant(n, "cuda_api" if cuda else "other"), "category": constant(n, table),
-        "phase": constant(n, "X"), "name": name, "pid": decode_pid(gtid), "tid": decode_tid(gtid),
+        "kind": constant(n, "cuda_api" if cuda else "other"),
+        "category": constant(n, table),
+        "phase": constant(n, "X"),
+        "name": name,
+        "pid": decode_pid(gtid),
+        "tid": decode_tid(gtid),
     }
     cols.update(_renamed(t, {"returnValue": "return_value", "correlationId": "correlation_id"}))
     if cuda:

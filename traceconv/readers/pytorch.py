@@ -31,8 +31,9 @@ METADATA_KEYS_SKIPPED = ("traceEvents",)
 
 
 class PytorchReader:
-    def __init__(self, path: Path, progress: Progress | None = None, chunk_size: int = CHUNK,
-                 salvage: bool = False) -> None:
+    def __init__(
+        self, path: Path, progress: Progress | None = None, chunk_size: int = CHUNK, salvage: bool = False
+    ) -> None:
         self.path = Path(path)
         self.info = TraceInfo(path=self.path, source="pytorch", trace_id=trace_stem(self.path))
         self._progress = progress
@@ -45,8 +46,10 @@ class PytorchReader:
         if self._unpadded is None:
             self._unpadded = unpadded_fractions(chunk)
             if self._unpadded:
-                self.info.notes.append("timestamps written without zero-padded decimals (Kineto before 2024-04) "
-                                       "were read as microseconds + nanoseconds")
+                self.info.notes.append(
+                    "timestamps written without zero-padded decimals (Kineto before 2024-04) "
+                    "were read as microseconds + nanoseconds"
+                )
         if self._unpadded:
             return decode_events(chunk, True)
         decoded = decode_events(chunk, False)
@@ -70,8 +73,9 @@ class PytorchReader:
         gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
         try:
             for decoded in chunks:
-                table = build(decoded, ChunkContext(self._events, decoded.exact, bool(self._unpadded),
-                                                    chunks.damage.repairs))
+                table = build(
+                    decoded, ChunkContext(self._events, decoded.exact, bool(self._unpadded), chunks.damage.repairs)
+                )
                 del decoded
                 self._events += table.num_rows
                 ops = index.add(table)
@@ -105,8 +109,10 @@ class PytorchReader:
             self.info.counters["bytes_skipped"] = damage.bytes_skipped
             self.info.partial = True
             where = f" (first damage at byte {damage.first_offset:,})" if damage.first_offset is not None else ""
-            self.info.notes.append(f"salvaged: skipped {damage.events_skipped:,} damaged or incomplete events, "
-                                   f"{damage.bytes_skipped:,} bytes{where}")
+            self.info.notes.append(
+                f"salvaged: skipped {damage.events_skipped:,} damaged or incomplete events, "
+                f"{damage.bytes_skipped:,} bytes{where}"
+            )
 
     def _describe(self, top: dict[str, Any], min_start: int | None) -> None:
         meta = {k: v for k, v in top.items() if k not in METADATA_KEYS_SKIPPED}
