@@ -23,9 +23,7 @@ dev: $(DEVSTAMP)
 
 demo: $(STAMP)
 	$(BIN)/traceconv ingest fixtures/pytorch/train_buggy.pt.trace.json.gz -o build/demo/train_buggy.parquet
-	$(BIN)/traceconv kernels build/demo/train_buggy.parquet --top 10
-	$(BIN)/python -c "import traceconv; df = traceconv.read_unified('build/demo/train_buggy.parquet'); \
-	print(df.groupby('kind', observed=True).agg(rows=('event_id', 'size'), total_ms=('dur_ns', lambda s: s.sum() / 1e6)).to_string())"
+	$(BIN)/traceconv summary build/demo/train_buggy.parquet
 
 test: $(DEVSTAMP)
 	$(BIN)/pytest -q -n 2
