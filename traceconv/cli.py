@@ -260,8 +260,8 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
 
         traceconv kernels trace.parquet --per-launch --top 50
     """
+    from traceconv import tables as R
     from traceconv.analyses import kernels as K
-    from traceconv.analyses import render as R
     from traceconv.analyses.common import load
 
     kinds = kinds or K.DEFAULT_KINDS

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from traceconv.analyses.render import FORMATS, Col, text_table
+from traceconv.tables import FORMATS, Col, text_table
 
 FORMATS_SUPPORTED = ("table", "json", "markdown")
 TABLE_WIDTH = 100
