@@ -221,8 +221,8 @@ class _OpResolver:
             for flag in (0, 1)
         }
         self.threads: dict[tuple[int, int], int] = {}
-        for p, t in np.unique(np.stack([api["pid"], api["tid"]], 1), axis=0).tolist() if n else []:
-            self.threads[(int(p), int(t))] = len(self.threads)
+        for pair in _unique_pairs(api["pid"], api["tid"])[0] if n else []:
+            self.threads[pair] = len(self.threads)
         codes = self._thread_codes(api["pid"], api["tid"])
         self.t0 = int(api["start"].min()) if n else 0
         self.span = int(max(api["end"].max() - self.t0, 0)) + 2 if n else 1
@@ -266,9 +266,9 @@ class _OpResolver:
     def _thread_codes(self, pid: I64, tid: I64) -> I64:
         if not len(pid):
             return np.empty(0, np.int64)
-        pairs, inverse = np.unique(np.stack([pid, tid], 1), axis=0, return_inverse=True)
-        lut = np.array([self.threads.get((int(p), int(t)), -1) for p, t in pairs.tolist()], dtype=np.int64)
-        return lut[inverse.reshape(-1)]
+        pairs, inverse = _unique_pairs(pid, tid)
+        lut = np.array([self.threads.get((int(p), int(t)), -1) for p, t in pairs], dtype=np.int64)
+        return lut[inverse]
 
     @staticmethod
     def _improve(best: tuple[I64, I64, I64, I64], ops: dict[str, I64], op_i: I64, j: I64) -> None:
@@ -314,6 +314,24 @@ class _Sorted:
         hi = np.searchsorted(self.keys, probe[ok], "right")
         owner, pos = _ranges(lo, hi)
         return ok[owner], self.idx[pos]
+
+
+_HALF = 1 << 31
+
+
+def _unique_pairs(pid: I64, tid: I64) -> tuple[list[tuple[int, int]], I64]:
+    """Distinct (pid, tid) pairs and each row's index into them.
+
+    Ids that fit in 32 bits (all real ones but legacy 64-bit thread ids) are packed into one
+    int64 for a plain sort, many times faster than numpy's unique over rows.
+    """
+    fits = pid.min() >= -_HALF and pid.max() < _HALF and tid.min() >= -_HALF and tid.max() < _HALF
+    if fits:
+        keys, inverse = np.unique((pid << 32) + (tid + _HALF), return_inverse=True)
+        pairs = list(zip((keys >> 32).tolist(), ((keys & 0xFFFFFFFF) - _HALF).tolist(), strict=True))
+        return pairs, inverse.reshape(-1)
+    rows, inverse = np.unique(np.stack([pid, tid], 1), axis=0, return_inverse=True)
+    return [(int(p), int(t)) for p, t in rows.tolist()], inverse.reshape(-1)
 
 
 def _gather(values: I64 | None, idx: I64) -> I64:
