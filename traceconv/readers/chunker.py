@@ -192,15 +192,15 @@ class EventChunks:
         with fh:
             blocks = _Prefetch(fh)
             try:
-                buf, eof = self._header(blocks, blocks)
-                for decoded in self._events(blocks, blocks, buf, eof):
+                buf, eof = self._header(blocks)
+                for decoded in self._events(blocks, buf, eof):
                     self.events += len(decoded)
                     yield decoded
             finally:
                 blocks.close()
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, fh: _Prefetch, raw: Any) -> bytes:
+    def _read(self, fh: _Prefetch) -> bytes:
         if self._cut_short:
             return b""
         try:
@@ -220,7 +220,7 @@ class EventChunks:
         return data
 
     # -- header ---------------------------------------------------------------------
-    def _header(self, fh: Any, raw: Any) -> tuple[bytearray, bool]:
+    def _header(self, fh: _Prefetch) -> tuple[bytearray, bool]:
         buf = bytearray()
         eof = False
         while True:
@@ -242,7 +242,7 @@ class EventChunks:
                 return buf[m.end() :], eof
             if eof or len(buf) > MAX_HEADER:
                 self._no_events(buf, eof)
-            more = self._read(fh, raw)
+            more = self._read(fh)
             eof = not more
             buf += more
 
@@ -277,16 +277,16 @@ class EventChunks:
         return obj
 
     # -- events ---------------------------------------------------------------------
-    def _events(self, fh: Any, raw: Any, buf: bytearray, eof: bool) -> Iterator[Sized]:
+    def _events(self, fh: _Prefetch, buf: bytearray, eof: bool) -> Iterator[Sized]:
         pos = _skip_ws(buf, 0)
         del buf[:pos]
         self._offset += pos
         want = 2 * self.chunk_size
         while True:
-            if self.progress is not None and hasattr(raw, "tell"):
-                self.progress(raw.tell())
+            if self.progress is not None:
+                self.progress(fh.tell())
             if not eof and len(buf) < want:
-                more = self._read(fh, raw)
+                more = self._read(fh)
                 eof = not more
                 buf += more
                 continue

@@ -12,16 +12,10 @@ def lookup(keys: I64, values_keys: I64) -> I64:
     """For each of ``keys``, the index into ``values_keys`` holding the same value, or -1.
 
     ``values_keys`` need not be sorted; when a key occurs more than once the first
-    occurrence wins (callers that need uniqueness check it themselves).
+    occurrence wins (callers that need uniqueness check it themselves). To look up the
+    same values many times, keep a :class:`SortedKeys`.
     """
-    if len(values_keys) == 0 or len(keys) == 0:
-        return np.full(len(keys), -1, dtype=np.int64)
-    order = np.argsort(values_keys, kind="stable")
-    sorted_keys = values_keys[order]
-    pos = np.searchsorted(sorted_keys, keys, side="left")
-    pos_c = np.minimum(pos, len(sorted_keys) - 1)
-    found = sorted_keys[pos_c] == keys
-    return np.where(found, order[pos_c], -1).astype(np.int64)
+    return SortedKeys(values_keys).find(keys)
 
 
 class SortedKeys:
