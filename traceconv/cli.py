@@ -147,8 +147,15 @@ def main(debug: bool) -> None:
     is_flag=True,
     help="Keep every complete event of a truncated or damaged trace; exit 6 when anything was skipped.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Processes that parse a large trace alongside this one (default: one per core, up to 4; "
+    "0: parse in this process only, which uses the least memory).",
+)
 @handle_errors
-def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool) -> None:
+def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers: int | None) -> None:
     """Convert PyTorch profiler traces (.json, .json.gz, or a directory of them) to Parquet.
 
     Nsight Systems files are recognised by their content and converted too. A directory
@@ -163,7 +170,10 @@ def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool) -> None
 
         traceconv ingest --salvage crashed.json.tmp    # keep what a killed run wrote
     """
-    _run_jobs(plan_jobs(traces, output), None, **({"salvage": True} if salvage else {}))
+    options: dict[str, Any] = {"salvage": True} if salvage else {}
+    if workers is not None:
+        options["workers"] = workers
+    _run_jobs(plan_jobs(traces, output), None, **options)
 
 
 @main.command()

@@ -47,6 +47,35 @@ def _ranges(lo: I64, hi: I64) -> tuple[I64, I64]:
     return owner, starts + np.arange(int(counts.sum()), dtype=np.int64)
 
 
+_ROW_COLUMNS = [col for _, col in _COLS] + ["name", "pid_label", "tid_label"]
+
+
+def extract(table: pa.Table) -> dict[str, pa.Table]:
+    """The rows of one pass-1 chunk that the link index needs (pure: runs in worker processes).
+
+    ``api``: CUDA API calls; ``gpu``: kernels, copies, sets; ``ops``: CPU operators and user
+    annotations (with ``is_cpu``); ``meta``: metadata events naming processes and threads.
+    """
+    parts: dict[str, pa.Table] = {}
+    kind = to_numpy(table["kind"].combine_chunks().indices)
+    is_api = kind == _K["cuda_api"]
+    if is_api.any():
+        parts["api"] = table.filter(pa.array(is_api)).select(_ROW_COLUMNS)
+    gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
+    if gpu.any():
+        parts["gpu"] = table.filter(pa.array(gpu)).select(["event_id", "correlation_id", "external_id"])
+    meta = pc.equal(table["phase"].cast(pa.string()), "M")
+    if pc.any(meta).as_py():
+        parts["meta"] = table.filter(meta).select(["name", "pid", "tid", "pid_label", "tid_label", "args"])
+    cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
+    is_cpu = kind == _K["cpu_op"]
+    is_op = is_cpu | np.asarray(pc.equal(cat, "user_annotation"))
+    if is_op.any():
+        ops = table.filter(pa.array(is_op)).select(_ROW_COLUMNS)
+        parts["ops"] = ops.append_column("is_cpu", pa.array(is_cpu[is_op].astype(np.int64)))
+    return parts
+
+
 class LinkIndex:
     def __init__(self) -> None:
         self.names: list[str | None] = []
@@ -59,25 +88,27 @@ class LinkIndex:
         self.gpu: dict[str, I64] = {}
 
     # -- pass 1 ---------------------------------------------------------------------
-    def add(self, table: pa.Table) -> pa.Table | None:
+    def add(self, table: pa.Table, event_offset: int = 0) -> pa.Table | None:
         """Record API and GPU rows; return the operator rows as a small table for the spill."""
-        kind = to_numpy(table["kind"].combine_chunks().indices)
-        self._take(self._api, table, kind == _K["cuda_api"], with_name=True)
-        gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
-        if gpu.any():
-            sub = table.filter(pa.array(gpu))
+        return self.add_parts(extract(table), event_offset)
+
+    def add_parts(self, parts: dict[str, pa.Table], event_offset: int = 0) -> pa.Table | None:
+        """:meth:`add` for the rows :func:`extract` took from a chunk (event ids shifted by ``event_offset``)."""
+        if "api" in parts:
+            self._take(self._api, parts["api"], event_offset)
+        if "gpu" in parts:
+            sub = parts["gpu"]
             for field, col in (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id")):
                 self._gpu[field].append(to_numpy(sub[col]))
-        self._names_from_metadata(table)
-        cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
-        is_cpu = kind == _K["cpu_op"]
-        is_op = is_cpu | np.asarray(pc.equal(cat, "user_annotation"))
-        if not is_op.any():
+            self._gpu["event_id"][-1] = self._gpu["event_id"][-1] + event_offset
+        if "meta" in parts:
+            self._names_from_metadata(parts["meta"])
+        if "ops" not in parts:
             return None
         ops: dict[str, list[I64]] = {f: [] for f in (*dict(_COLS), "name")}
-        self._take(ops, table, is_op, with_name=True)
+        self._take(ops, parts["ops"], event_offset)
         cols = {f: pa.array(v[0]) for f, v in ops.items()}
-        cols["is_cpu"] = pa.array(is_cpu[is_op].astype(np.int64))
+        cols["is_cpu"] = parts["ops"]["is_cpu"]
         return pa.table(cols)
 
     def _code(self, values: list[str | None]) -> I64:
@@ -92,25 +123,21 @@ class LinkIndex:
             out[i] = code
         return out
 
-    def _take(self, store: dict[str, list[I64]], table: pa.Table, mask: Any, with_name: bool) -> None:
-        if not mask.any():
-            return
-        sub = table.filter(pa.array(mask))
-        if with_name:
-            distinct, codes = dict_codes(sub["name"].combine_chunks())
-            lut = self._code(distinct)
-            store["name"].append(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1))
+    def _take(self, store: dict[str, list[I64]], sub: pa.Table, event_offset: int) -> None:
+        distinct, codes = dict_codes(sub["name"].combine_chunks())
+        lut = self._code(distinct)
+        store["name"].append(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1))
         for field, col in _COLS:
             store[field].append(to_numpy(sub[col]))
+        store["event_id"][-1] = store["event_id"][-1] + event_offset
         for field in ("pid", "tid"):  # labelled ids ("Spans", "stream 7") get codes of their own
             labels, codes = dict_codes(sub[field + "_label"].combine_chunks())
             if labels:
                 lut = self._code(labels)
                 store[field][-1] = np.where(codes >= 0, -2 - lut[np.maximum(codes, 0)], store[field][-1])
 
-    def _names_from_metadata(self, table: pa.Table) -> None:
-        meta = table.filter(pc.equal(table["phase"].cast(pa.string()), "M"))
-        for row in meta.select(["name", "pid", "tid", "pid_label", "tid_label", "args"]).to_pylist():
+    def _names_from_metadata(self, meta: pa.Table) -> None:
+        for row in meta.to_pylist():
             label = _label(row["args"])
             if label is None:
                 continue

@@ -10,39 +10,86 @@ from __future__ import annotations
 
 import gc
 import os
-import tempfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from traceconv import schema as S
+from traceconv.errors import TraceconvError
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.kineto_columns import ChunkContext, build, needs_exact, unpadded_fractions
 from traceconv.readers.kineto_decode import Decoded, decode_events
 from traceconv.readers.kineto_links import LinkIndex
 from traceconv.readers.kineto_repair import RobustDecoder
+from traceconv.readers.kineto_workers import ChunkPool, Taken, Unsuitable, worker_count
+from traceconv.readers.spill import SegmentFile, Spill
 
-SPILL_BYTES = 8 << 20
 ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
 METADATA_KEYS_SKIPPED = ("traceEvents",)
+PARALLEL_BYTES = 6 * CHUNK  # smaller traces are done before worker processes would pay off
+GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
+
+
+def decode_strict(chunk: bytes, unpadded: bool) -> Decoded:
+    """One chunk's events with exact times where a float64 would lose nanoseconds (no repairs)."""
+    if unpadded:
+        return decode_events(chunk, True)
+    decoded = decode_events(chunk, False)
+    return decode_events(chunk, True) if needs_exact(chunk, decoded.events) else decoded
+
+
+def _estimated_bytes(path: Path, size: int) -> int:
+    with open(path, "rb") as fh:
+        return size * GZIP_RATIO if fh.read(2) == b"\x1f\x8b" else size
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class _Pending:
+    """Stands for a chunk handed to a worker (its events are counted when its table comes back)."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+_Pass1 = tuple["LinkIndex", "Spill", "Spill", dict[str, Any]]
 
 
 class PytorchReader:
     def __init__(
-        self, path: Path, progress: Progress | None = None, chunk_size: int = CHUNK, salvage: bool = False
+        self,
+        path: Path,
+        progress: Progress | None = None,
+        chunk_size: int = CHUNK,
+        salvage: bool = False,
+        workers: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.info = TraceInfo(path=self.path, source="pytorch", trace_id=trace_stem(self.path))
         self._progress = progress
         self._chunk_size = chunk_size
         self._salvage = salvage
+        self._workers = workers
         self._unpadded: bool | None = None
         self._events = 0
+        self.workers_used = 0  # worker processes that did pass 1 (0: this process did)
 
-    def _strict(self, chunk: bytes) -> Decoded:
+    def _detect_unpadded(self, chunk: bytes) -> bool:
+        """Decided once, from the first chunk (a trace has one writer)."""
         if self._unpadded is None:
             self._unpadded = unpadded_fractions(chunk)
             if self._unpadded:
@@ -50,14 +97,37 @@ class PytorchReader:
                     "timestamps written without zero-padded decimals (Kineto before 2024-04) "
                     "were read as microseconds + nanoseconds"
                 )
-        if self._unpadded:
-            return decode_events(chunk, True)
-        decoded = decode_events(chunk, False)
-        return decode_events(chunk, True) if needs_exact(chunk, decoded.events) else decoded
+        return self._unpadded
+
+    def _strict(self, chunk: bytes) -> Decoded:
+        return decode_strict(chunk, self._detect_unpadded(chunk))
 
     def tables(self) -> Iterator[pa.Table]:
         size = os.path.getsize(self.path)
         progress = (lambda done: self._progress(done, size)) if self._progress else None  # type: ignore[misc]
+        workers = 0 if self._salvage else worker_count(self._workers)
+        state = None
+        if workers and _estimated_bytes(self.path, size) >= PARALLEL_BYTES * self._chunk_size // CHUNK:
+            state = self._pass1_parallel(workers, progress)
+        if state is None:
+            state = self._pass1(progress)
+        index, spill, op_spill, top = state
+        self._describe(top, spill.min_start)
+        try:
+            index.finalize(op_spill)
+        finally:
+            op_spill.close()
+        base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
+        try:
+            for table in spill:
+                wide = S.conform(dict(zip(table.column_names, table.columns, strict=True)), table.num_rows)
+                yield _stamp(index.resolve(wide, base), self.info)
+        finally:
+            spill.close()
+        self.info.counters["events"] = self._events
+
+    def _pass1(self, progress: Callable[[int], None] | None) -> _Pass1:
+        """Read, decode and build every chunk in this process (every repair and salvage path)."""
         chunks: EventChunks
         robust = RobustDecoder(self._strict, Damage(), self._salvage)
 
@@ -67,37 +137,59 @@ class PytorchReader:
 
         chunks = EventChunks(self.path, decode, progress, self._chunk_size, self._salvage)
         robust.damage = chunks.damage
-        index = LinkIndex()
-        spill, op_spill = _Spill(), _Spill()
-        was_enabled = gc.isenabled()
-        gc.disable()  # pass 1 allocates millions of short-lived objects without cycles
-        try:
+        index, spill, op_spill = LinkIndex(), Spill(), Spill()
+        with _no_gc():  # pass 1 allocates millions of short-lived objects without cycles
             for decoded in chunks:
-                table = build(
-                    decoded, ChunkContext(self._events, decoded.exact, bool(self._unpadded), chunks.damage.repairs)
-                )
+                ctx = ChunkContext(self._events, decoded.exact, bool(self._unpadded), chunks.damage.repairs)
+                table = build(decoded, ctx)
                 del decoded
-                self._events += table.num_rows
-                ops = index.add(table)
+                self._add(table, index, spill, op_spill)
+        self._record_damage(chunks.damage, robust)
+        return index, spill, op_spill, chunks.document.top
+
+    def _pass1_parallel(self, workers: int, progress: Callable[[int], None] | None) -> _Pass1 | None:
+        """Pass 1 with decoding and building in worker processes; None where the trace needs more
+        than the strict path (repairs, odd cuts, errors), which :meth:`_pass1` then handles."""
+        index, spill, op_spill = LinkIndex(), Spill(), Spill()
+        files = [spill.adopt(SegmentFile()) for _ in range(workers)]
+        repairs: Counter[str] = Counter()
+        notes = list(self.info.notes)
+
+        def take(results: Iterator[Taken]) -> None:
+            for worker, info, parts in results:
+                ops = index.add_parts(parts, self._events)
                 if ops is not None:
                     op_spill.append(ops)
-                spill.append(table)
-        finally:
-            if was_enabled:
-                gc.enable()
-        self._record_damage(chunks.damage, robust)
-        self._describe(chunks.document.top, spill.min_start)
+                spill.add_segment(files[worker], info["pos"], info["length"], self._events, info["start"])
+                self._events += info["rows"]
+                repairs.update(info["repairs"])
+
+        def dispatch(chunk: bytes) -> _Pending:
+            take(pool.submit(chunk, self._detect_unpadded(chunk)))
+            return _Pending()
+
         try:
-            index.finalize(op_spill)
-        finally:
-            op_spill.close()
-        base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
-        try:
-            for table in spill:
-                yield _stamp(index.resolve(table, base), self.info)
-        finally:
-            spill.close()
-        self.info.counters["events"] = self._events
+            with ChunkPool([f.path for f in files], decode_strict) as pool:
+                chunks = EventChunks(self.path, dispatch, progress, self._chunk_size, salvage=False)
+                for _ in chunks:
+                    pass
+                take(pool.drain())
+        except (Unsuitable, TraceconvError):
+            for held in (spill, op_spill):
+                held.close()
+            self.info.notes, self._unpadded, self._events = notes, None, 0
+            return None
+        damage = Damage(repairs=repairs)
+        self._record_damage(damage, RobustDecoder(self._strict, damage, False))
+        self.workers_used = workers
+        return index, spill, op_spill, chunks.document.top
+
+    def _add(self, table: pa.Table, index: LinkIndex, spill: Spill, op_spill: Spill) -> None:
+        self._events += table.num_rows
+        ops = index.add(table)
+        if ops is not None:
+            op_spill.append(ops)
+        spill.append(table)
 
     def _record_damage(self, damage: Damage, robust: RobustDecoder) -> None:
         for label, count in sorted((robust.repairs + damage.repairs).items()):
@@ -140,51 +232,3 @@ def _stamp(table: pa.Table, info: TraceInfo) -> pa.Table:
     for name, arr in ident.items():
         table = table.set_column(table.schema.get_field_index(name), name, arr)
     return table
-
-
-class _Spill:
-    """Pass-1 tables: in memory while small, then in a temporary Arrow IPC stream (read back batch by batch)."""
-
-    def __init__(self) -> None:
-        self._tables: list[pa.Table] = []
-        self._bytes = 0
-        self._sink: Any = None
-        self._writer: Any = None
-        self._path: str | None = None
-        self.min_start: int | None = None
-
-    def append(self, table: pa.Table) -> None:
-        if "start_ns" in table.column_names:
-            start = pc.min(table["start_ns"]).as_py()
-            if start is not None:
-                self.min_start = start if self.min_start is None else min(self.min_start, start)
-        if self._writer is None and self._bytes + table.nbytes <= SPILL_BYTES:
-            self._tables.append(table)
-            self._bytes += table.nbytes
-            return
-        if self._writer is None:
-            fd, self._path = tempfile.mkstemp(prefix="traceconv-", suffix=".arrows")
-            os.close(fd)
-            self._sink = pa.OSFile(self._path, "wb")
-            self._writer = pa.ipc.new_stream(self._sink, table.schema)
-            for held in self._tables:
-                self._writer.write_table(held)
-            self._tables = []
-        self._writer.write_table(table)
-
-    def __iter__(self) -> Iterator[pa.Table]:
-        if self._writer is None:
-            while self._tables:
-                yield self._tables.pop(0)
-            return
-        self._writer.close()
-        self._sink.close()
-        assert self._path is not None
-        with pa.OSFile(self._path, "rb") as source:
-            for batch in pa.ipc.open_stream(source):
-                yield pa.Table.from_batches([batch])
-
-    def close(self) -> None:
-        self._tables = []
-        if self._path and os.path.exists(self._path):
-            os.unlink(self._path)

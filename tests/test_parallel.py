@@ -1,0 +1,82 @@
+"""Pass 1 in worker processes gives exactly what one process gives, and falls back where it must."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from traceconv import schema as S
+from traceconv.errors import InputError
+from traceconv.readers.pytorch import PytorchReader
+
+from .conftest import FIXTURES, corpus_files
+
+SMALL = 32 << 10  # small chunks, so that even the small real traces are cut into many
+# the traces large enough for the workers (a .gz counts as 8x its size) at SMALL chunks
+TRACES = [
+    p
+    for p in corpus_files("pytorch", ("*.json", "*.json.gz"))
+    if p.stat().st_size * (8 if p.suffix == ".gz" else 1) > 6 * SMALL
+]
+
+
+def _read(path: Path, workers: int) -> tuple[pa.Table, PytorchReader]:
+    reader = PytorchReader(path, chunk_size=SMALL, workers=workers)
+    return pa.concat_tables(reader.tables()), reader
+
+
+def _assert_same(a: pa.Table, b: pa.Table) -> None:
+    assert a.num_rows == b.num_rows
+    for name in S.NAMES:
+        x, y = a[name], b[name]
+        if pa.types.is_dictionary(x.type):  # the same values; dictionaries may be ordered differently
+            x, y = x.cast(pa.string()), y.cast(pa.string())
+        assert x.equals(y), name
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:60])
+def test_workers_give_the_single_process_result(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    one, single = _read(path, workers=0)
+    two, parallel = _read(path, workers=2)
+    assert single.workers_used == 0 and parallel.workers_used == 2
+    _assert_same(one, two)
+    assert parallel.info.notes == single.info.notes
+    assert parallel.info.counters == single.info.counters
+    assert parallel.info.metadata == single.info.metadata
+    assert not os.listdir(tmp_path)  # the workers' temporary files are gone
+
+
+def _with_damage(tmp_path: Path, old: bytes, new: bytes) -> Path:
+    text = gzip.decompress((FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz").read_bytes())
+    at = text.index(old, len(text) // 2)  # in a later chunk, after workers have done several
+    out = tmp_path / "damaged.json"
+    out.write_bytes(text[:at] + new + text[at + len(old) :])
+    return out
+
+
+def test_a_chunk_that_needs_repair_falls_back_to_one_process(tmp_path: Path) -> None:
+    # a raw tab inside a name, as some Kineto versions wrote: the strict workers refuse it
+    path = _with_damage(tmp_path, b'"name": "aten::', b'"name": "\taten::')
+    one, single = _read(path, workers=0)
+    two, parallel = _read(path, workers=2)
+    assert parallel.workers_used == 0
+    assert any("tab" in note for note in single.info.notes)
+    _assert_same(one, two)
+    assert parallel.info.notes == single.info.notes
+
+
+def test_damage_gives_the_single_process_error(tmp_path: Path) -> None:
+    path = _with_damage(tmp_path, b'"ph": "X"', b'"ph": X"')
+    errors = []
+    for workers in (0, 2):
+        with pytest.raises(InputError) as info:
+            _read(path, workers)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    assert "invalid JSON at byte" in errors[0]

@@ -1,0 +1,164 @@
+"""Pass 1 on several cores: chunks of a Kineto trace decoded and built in worker processes.
+
+Decoding JSON into Python objects holds the GIL, so threads cannot share it; forked worker
+processes can. The main process keeps reading and cutting the trace (in file order) and
+hands each chunk to a worker; the workers decode it and build its unified columns exactly
+as the single-process path does, and send the table back as Arrow IPC. The main process
+takes the results in chunk order, so everything that depends on order (event ids, the
+link index, the spill) is what one process would have produced.
+
+The workers only take the strict path: a chunk that needs a repair, a salvage or a
+different cut makes the worker report failure, and the caller then converts the whole
+trace again in one process (:class:`Unsuitable`), which handles every irregular case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import sys
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pyarrow as pa
+
+from traceconv.readers.kineto_columns import ChunkContext, build
+from traceconv.readers.kineto_decode import Decoded
+from traceconv.readers.kineto_links import extract
+from traceconv.readers.spill import SegmentFile, min_start, narrow
+
+IN_FLIGHT = 2  # chunks queued per worker: enough to keep it busy, few enough to bound memory
+MAX_WORKERS = 4  # beyond this the main process (reading, linking, spilling) is the bottleneck
+
+
+class Unsuitable(Exception):
+    """The parallel path cannot convert this trace exactly; convert it in one process."""
+
+
+def worker_count(requested: int | None) -> int:
+    """Workers for pass 1: ``requested`` if given, else one per usable core (none on one core)."""
+    if requested is not None:
+        return max(requested, 0)
+    if sys.platform != "linux" or not hasattr(os, "fork"):
+        return 0  # fork is what makes the workers cheap; elsewhere the single process is used
+    cores = len(os.sched_getaffinity(0))
+    return min(cores, MAX_WORKERS) if cores > 1 else 0
+
+
+Taken = tuple[int, dict[str, Any], dict[str, pa.Table]]  # worker, what it wrote, rows for the link index
+
+
+def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str) -> None:
+    """Worker loop: (seq, unpadded) + chunk in; the table goes to ``path``, its link rows back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
+    tasks: queue.Queue[Any] = queue.Queue()
+    out = SegmentFile(path)
+
+    def receive() -> None:  # keeps the pipe drained, so the main process never blocks on a send
+        try:
+            while True:
+                head = conn.recv()
+                if head is None:
+                    break
+                tasks.put((head, conn.recv_bytes()))
+        except (EOFError, OSError):
+            pass
+        tasks.put(None)
+
+    threading.Thread(target=receive, daemon=True).start()
+    while (task := tasks.get()) is not None:
+        (seq, unpadded), chunk = task
+        try:
+            decoded = strict(chunk, unpadded)
+            del chunk
+            repairs: Counter[str] = Counter()
+            table = build(decoded, ChunkContext(0, decoded.exact, unpadded, repairs))
+            del decoded
+            pos, length = out.write(narrow(table))
+            info = {"pos": pos, "length": length, "rows": table.num_rows, "start": min_start(table)}
+            info["repairs"] = dict(repairs)
+            conn.send((seq, True, info, extract(table)))
+        except Exception as exc:  # reported; the main process falls back to one process
+            conn.send((seq, False, f"{type(exc).__name__}: {exc}", None))
+    out.close_writer()
+
+
+class ChunkPool:
+    """Worker processes that decode and build chunks; results come back in submission order."""
+
+    def __init__(self, paths: list[str], strict: Callable[[bytes, bool], Decoded]) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about fork() in a process with threads; the children only run
+            # _serve, which touches no lock another thread may hold (no logging, no imports).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for path in paths:
+                parent, child = ctx.Pipe(duplex=True)
+                proc = ctx.Process(target=_serve, args=(child, strict, path), daemon=True, name="traceconv-pass1")
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+        self._sent = 0
+        self._taken = 0
+
+    def submit(self, chunk: bytes, unpadded: bool) -> Iterator[Taken]:
+        """Queue one chunk; yields the results that had to be taken first to make room."""
+        while self._sent - self._taken >= IN_FLIGHT * len(self._conns):
+            yield self._take()
+        conn = self._conns[self._sent % len(self._conns)]
+        try:
+            conn.send((self._sent, unpadded))
+            conn.send_bytes(chunk)
+        except OSError as exc:
+            raise Unsuitable(f"a worker stopped ({exc})") from None
+        self._sent += 1
+
+    def drain(self) -> Iterator[Taken]:
+        while self._taken < self._sent:
+            yield self._take()
+
+    def _take(self) -> Taken:
+        worker = self._taken % len(self._conns)
+        try:
+            seq, ok, info, parts = self._conns[worker].recv()
+        except (EOFError, OSError) as exc:
+            raise Unsuitable(f"a worker stopped ({exc or 'no reply'})") from None
+        if not ok:
+            raise Unsuitable(info)
+        assert seq == self._taken, (seq, self._taken)
+        self._taken += 1
+        return worker, info, parts
+
+    def close(self) -> None:
+        """Stop the workers once they have written everything (their files are then complete)."""
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        self._conns, self._procs = [], []
+
+    def __enter__(self) -> ChunkPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:  # stop at once: the workers' results are no longer wanted
+            for proc in self._procs:
+                proc.kill()
+        self.close()

@@ -1,0 +1,136 @@
+"""Where pass-1 tables wait for pass 2: in memory while small, then in temporary Arrow IPC files.
+
+Each table is kept with its non-null columns only (most of the 62 unified columns are null
+in most rows: GPU details on CPU operators, links not yet resolved), and written as an IPC
+stream of its own, so that tables of different columns can follow each other in one file
+and be read back one at a time. Worker processes write segments to files of their own and
+the main process reads them back in chunk order (:meth:`Spill.add_segment`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SPILL_BYTES = 8 << 20
+
+
+def narrow(table: pa.Table) -> pa.Table:
+    """Drop the columns that are null in every row (:func:`traceconv.schema.conform` restores them)."""
+    if table.num_rows == 0:
+        return table
+    keep = [i for i, col in enumerate(table.columns) if col.null_count < table.num_rows]
+    return table.select(keep) if len(keep) < table.num_columns else table
+
+
+def temporary_path() -> str:
+    fd, path = tempfile.mkstemp(prefix="traceconv-", suffix=".arrows")
+    os.close(fd)
+    return path
+
+
+class SegmentFile:
+    """A temporary file of IPC streams, one per table, appended and read back by position."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path or temporary_path()
+        self._sink: Any = None
+        self._source: Any = None
+
+    def write(self, table: pa.Table) -> tuple[int, int]:
+        if self._sink is None:
+            self._sink = pa.OSFile(self.path, "wb")
+        pos = self._sink.tell()
+        with pa.ipc.new_stream(self._sink, table.schema) as writer:  # closes the stream, not the file
+            writer.write_table(table)
+        return pos, self._sink.tell() - pos
+
+    def read(self, pos: int, length: int) -> pa.Table:
+        if self._source is None:
+            self._source = pa.OSFile(self.path, "rb")
+        return pa.ipc.open_stream(self._source.read_at(length, pos)).read_all()
+
+    def close_writer(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+    def remove(self) -> None:
+        self.close_writer()
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def min_start(table: pa.Table) -> int | None:
+    if "start_ns" not in table.column_names:
+        return None
+    value = pc.min(table["start_ns"]).as_py()
+    return int(value) if value is not None else None
+
+
+class Spill:
+    """Pass-1 tables in order; iterating hands them back (and forgets them) one by one."""
+
+    def __init__(self, memory: int = SPILL_BYTES) -> None:
+        self._entries: list[tuple[Any, ...]] = []
+        self._bytes = 0
+        self._memory = memory
+        self._file: SegmentFile | None = None
+        self._files: list[SegmentFile] = []
+        self.min_start: int | None = None
+
+    def _start(self, start: int | None) -> None:
+        if start is not None:
+            self.min_start = start if self.min_start is None else min(self.min_start, start)
+
+    def append(self, table: pa.Table) -> None:
+        self._start(min_start(table))
+        table = narrow(table)
+        if self._file is None and self._bytes + table.nbytes <= self._memory:
+            self._entries.append((table,))
+            self._bytes += table.nbytes
+            return
+        if self._file is None:
+            self._file = SegmentFile()
+            self._files.append(self._file)
+        self._entries.append((self._file, *self._file.write(table), 0))
+
+    def adopt(self, file: SegmentFile) -> SegmentFile:
+        """A file another process writes segments to; removed with this spill."""
+        self._files.append(file)
+        return file
+
+    def add_segment(self, file: SegmentFile, pos: int, length: int, event_offset: int, start: int | None) -> None:
+        """A table a worker wrote to (an adopted) ``file``; its event ids get ``event_offset`` added when read."""
+        self._start(start)
+        self._entries.append((file, pos, length, event_offset))
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        for file in self._files:
+            file.close_writer()
+        self._entries.reverse()
+        while self._entries:
+            entry = self._entries.pop()
+            if len(entry) == 1:
+                yield entry[0]
+                continue
+            file, pos, length, offset = entry
+            table = file.read(pos, length)
+            if offset:
+                at = table.schema.get_field_index("event_id")
+                table = table.set_column(at, "event_id", pc.add(table["event_id"], offset))
+            yield table
+
+    def close(self) -> None:
+        self._entries = []
+        for file in self._files:
+            file.remove()
+        self._files = []
