@@ -44,13 +44,18 @@ def _fit(v: Any, typ: pa.DataType) -> Any:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def scatter(n: int, idx: I64, values: pa.Array) -> pa.Array:
-    """Length-``n`` array with ``values`` at positions ``idx`` and nulls elsewhere."""
+def positions(n: int, idx: I64) -> pa.Array | None:
+    """For :func:`spread`: where each of ``n`` rows takes its value from (None: every row, in order)."""
     if len(idx) == n:
-        return values
+        return None
     pos = np.full(n, -1, dtype=np.int64)
     pos[idx] = np.arange(len(idx), dtype=np.int64)
-    return values.take(pa.array(pos, mask=pos < 0))
+    return pa.array(pos, mask=pos < 0)
+
+
+def spread(values: pa.Array, pos: pa.Array | None) -> pa.Array:
+    """Length-``n`` array with ``values`` at the rows :func:`positions` chose, nulls elsewhere."""
+    return values if pos is None else values.take(pos)
 
 
 def to_numpy(arr: pa.Array | pa.ChunkedArray, fill: int = -1) -> I64:

@@ -43,9 +43,13 @@ def decode_strict(chunk: bytes, unpadded: bool) -> Decoded:
     return decode_events(chunk, True) if needs_exact(chunk, decoded.events) else decoded
 
 
-def _estimated_bytes(path: Path, size: int) -> int:
+def _is_gzip(path: Path) -> bool:
     with open(path, "rb") as fh:
-        return size * GZIP_RATIO if fh.read(2) == b"\x1f\x8b" else size
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def _estimated_bytes(path: Path, size: int) -> int:
+    return size * GZIP_RATIO if _is_gzip(path) else size
 
 
 @contextmanager
@@ -164,12 +168,15 @@ class PytorchReader:
                 self._events += info["rows"]
                 repairs.update(info["repairs"])
 
+        plain = not _is_gzip(self.path)
+
         def dispatch(chunk: bytes) -> _Pending:
-            take(pool.submit(chunk, self._detect_unpadded(chunk)))
+            source = (str(self.path), chunks.offset) if plain else None  # a chunk starts at the offset
+            take(pool.submit(chunk, self._detect_unpadded(chunk), source))
             return _Pending()
 
         try:
-            with ChunkPool([f.path for f in files], decode_strict) as pool:
+            with ChunkPool([f.path for f in files], decode_strict) as pool, _no_gc():
                 chunks = EventChunks(self.path, dispatch, progress, self._chunk_size, salvage=False)
                 for _ in chunks:
                     pass
