@@ -60,18 +60,18 @@ def extract(table: pa.Table) -> dict[str, pa.Table]:
     kind = to_numpy(table["kind"].combine_chunks().indices)
     is_api = kind == _K["cuda_api"]
     if is_api.any():
-        parts["api"] = table.filter(pa.array(is_api)).select(_ROW_COLUMNS)
+        parts["api"] = table.select(_ROW_COLUMNS).filter(pa.array(is_api))
     gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
     if gpu.any():
-        parts["gpu"] = table.filter(pa.array(gpu)).select(["event_id", "correlation_id", "external_id"])
+        parts["gpu"] = table.select(["event_id", "correlation_id", "external_id"]).filter(pa.array(gpu))
     meta = pc.equal(table["phase"].cast(pa.string()), "M")
     if pc.any(meta).as_py():
-        parts["meta"] = table.filter(meta).select(["name", "pid", "tid", "pid_label", "tid_label", "args"])
+        parts["meta"] = table.select(["name", "pid", "tid", "pid_label", "tid_label", "args"]).filter(meta)
     cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
     is_cpu = kind == _K["cpu_op"]
     is_op = is_cpu | np.asarray(pc.equal(cat, "user_annotation"))
     if is_op.any():
-        ops = table.filter(pa.array(is_op)).select(_ROW_COLUMNS)
+        ops = table.select(_ROW_COLUMNS).filter(pa.array(is_op))
         parts["ops"] = ops.append_column("is_cpu", pa.array(is_cpu[is_op].astype(np.int64)))
     return parts
 
