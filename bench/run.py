@@ -85,6 +85,8 @@ def tools(sqlite3_cli: str | None) -> list[Tool]:
     return [
         Tool("traceconv", "traceconv ingest", "json", streams=True,
              argv=[tc, "ingest", "{in}", "-o", "{out}/o.parquet"]),
+        Tool("traceconv", "traceconv ingest --workers 0 (one process)", "json", streams=True,
+             argv=[tc, "ingest", "{in}", "-o", "{out}/o.parquet", "--workers", "0"]),
         Tool("orjson", "orjson.loads alone", "json", "orjson_loads", streams=True),
         Tool("pandas", "orjson + pandas DataFrame + json_normalize + to_parquet", "json", "orjson_pandas", slow=True),
         Tool("duckdb", "DuckDB read_json + unnest, COPY TO parquet", "json", "duckdb_json", "alt", "duckdb", slow=True),
@@ -188,28 +190,39 @@ class Run:
     rss_mib: float
     ok: bool
     note: str
+    pss_mib: float = 0.0
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """Summed VmRSS of ``pid`` and its descendants now (0 once they are gone)."""
-    total, todo = 0, [pid]
+def _field_kib(text: str, key: str) -> int:
+    return int(next((ln.split()[1] for ln in text.splitlines() if ln.startswith(key)), 0))
+
+
+def _tree_kib(pid: int) -> tuple[int, int]:
+    """(summed VmRSS, summed Pss) of ``pid`` and its descendants now (0 once they are gone).
+
+    Summed RSS counts a page shared by several processes (a forked worker's inherited
+    libraries and heap) once per process; PSS divides it among them, so the PSS sum is the
+    memory the tree really holds.
+    """
+    rss, pss, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += int(next((ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")), 0))
+            rss += _field_kib(Path(f"/proc/{p}/status").read_text(), "VmRSS:")
+            pss += _field_kib(Path(f"/proc/{p}/smaps_rollup").read_text(), "Pss:")
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
-    return total
+    return rss, pss
 
 
 def measure(cmd: list[str], timeout: float, out_dir: Path) -> Run:
     """Spawn ``cmd``, wait for it with wait4 (its own rusage), kill its group past ``timeout``.
 
     Peak RSS is the larger of ru_maxrss (the largest single process of the tree) and the
-    largest sampled sum over the tree (processes working at the same time).
+    largest sampled sum over the tree (processes working at the same time). Peak PSS is the
+    largest sampled PSS sum (sampled every 50 ms, so a peak shorter than that can be missed).
     """
     log = out_dir / "stdout"
     with open(log, "wb") as out, open(out_dir / "stderr", "wb") as err:
@@ -218,12 +231,13 @@ def measure(cmd: list[str], timeout: float, out_dir: Path) -> Run:
         except OSError as exc:
             return Run(0.0, 0.0, False, f"cannot start: {exc.strerror}")
         finished, timed_out = threading.Event(), threading.Event()
-        peak = [0]
+        peak = [0, 0]
 
         def watch() -> None:
             deadline = time.monotonic() + timeout
             while not finished.is_set():
-                peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+                rss, pss = _tree_kib(proc.pid)
+                peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
                 if time.monotonic() > deadline and not timed_out.is_set():
                     timed_out.set()
                     with contextlib.suppress(ProcessLookupError):
@@ -238,14 +252,14 @@ def measure(cmd: list[str], timeout: float, out_dir: Path) -> Run:
         proc.returncode = os.waitstatus_to_exitcode(status)
         finished.set()
         watcher.join()
-    rss = max(usage.ru_maxrss, peak[0]) / 1024
+    rss, pss = max(usage.ru_maxrss, peak[0]) / 1024, peak[1] / 1024
     if proc.returncode != 0:
         why = f"timed out after {timeout:.0f} s" if timed_out.is_set() else f"exit {proc.returncode}"
         return Run(wall, rss, False, f"failed ({why}): {_last_line((out_dir / 'stderr').read_text(errors='replace'))}")
     printed = log.read_text(errors="replace").splitlines()
     counts = [ln.strip() for ln in printed if " events" in ln or " rows" in ln]  # traceconv's "N events in ..."
     note = f"{len(printed):,} rows printed" if len(printed) > 10 else (counts or [_last_line("\n".join(printed))])[0]
-    return Run(wall, rss, True, note)
+    return Run(wall, rss, True, note, pss)
 
 
 def _last_line(text: str) -> str:
@@ -276,11 +290,18 @@ def bench(tool: Tool, src: Input, runs: int, timeout: float, unavailable: str) -
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
         print(f"  {tool.label} on {src.path.name} [{i + 1}/{runs}]: {run.wall:.2f} s, "
-              f"{run.rss_mib:,.0f} MiB {'' if run.ok else run.note}", file=sys.stderr, flush=True)  # fmt: skip
+              f"{run.rss_mib:,.0f} MiB RSS, {run.pss_mib:,.0f} MiB PSS {'' if run.ok else run.note}",
+              file=sys.stderr, flush=True)  # fmt: skip
         if not run.ok:
             return run, run.note  # a failure does not get better by repeating it
         done.append(run)
-    med = Run(statistics.median(r.wall for r in done), statistics.median(r.rss_mib for r in done), True, done[-1].note)
+    med = Run(
+        statistics.median(r.wall for r in done),
+        statistics.median(r.rss_mib for r in done),
+        True,
+        done[-1].note,
+        statistics.median(r.pss_mib for r in done),
+    )
     return med, med.note
 
 
@@ -294,18 +315,20 @@ def _ratio(run: Run | None, ref: Run | None) -> str:
 def table(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
     refs: dict[tuple[str, Path], Run | None] = {}
     for tool, src, run, _ in rows:
-        if tool.key in ("orjson", "traceconv"):
+        if tool.key in ("orjson", "traceconv") and (tool.key, src.path) not in refs:  # the first traceconv row
             refs[(tool.key, src.path)] = run
-    out = ["| tool | input | wall s (median) | peak RSS MiB | wall / orjson.loads | wall / traceconv | note |",
-           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| tool | input | wall s (median) | peak RSS MiB (tree sum) | peak PSS MiB (tree) | wall / orjson.loads "
+           "| wall / traceconv | note |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for tool, src, run, note in rows:
         size = f"{src.path.name} ({src.path.stat().st_size / 2**20:,.0f} MiB)" if src.path.exists() else src.path.name
         ok = run is not None and run.ok
         wall = f"{run.wall:.2f}" if ok and run else "–"
         rss = f"{run.rss_mib:,.0f}" if ok and run else "–"
+        pss = f"{run.pss_mib:,.0f}" if ok and run and run.pss_mib else "–"
         vs_orjson = _ratio(run, refs.get(("orjson", src.path))) if src.kind == "json" else "–"
         vs_tc = _ratio(run, refs.get(("traceconv", src.path)))
-        out.append(f"| {tool.label} | {size} | {wall} | {rss} | {vs_orjson} | {vs_tc} | {note} |")
+        out.append(f"| {tool.label} | {size} | {wall} | {rss} | {pss} | {vs_orjson} | {vs_tc} | {note} |")
     return "\n".join(out)
 
 
