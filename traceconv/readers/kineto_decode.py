@@ -35,15 +35,20 @@ class Event(msgspec.Struct, gc=False):
 
 
 class ExactEvent(msgspec.Struct, gc=False):
-    """Same as :class:`Event` with exact decimal times (absolute microseconds with decimals)."""
+    """Same as :class:`Event` with the times as written (the JSON text of the number), for
+    absolute microseconds with decimals, which a float64 cannot hold to the nanosecond.
+
+    ``ts``/``dur`` are :class:`msgspec.Raw` as decoded; events made by the repair paths may
+    hold a ``Decimal``, a ``float`` or ``None`` there (``kineto_columns.times_ns`` takes all).
+    """
 
     ph: str = ""
     cat: Union[str, None] = None
     name: Union[str, None] = None
     pid: Id = None
     tid: Id = None
-    ts: Union[Decimal, None] = None
-    dur: Union[Decimal, None] = None
+    ts: msgspec.Raw = msgspec.Raw(b"")
+    dur: msgspec.Raw = msgspec.Raw(b"")
     id: Id = None
     args: msgspec.Raw = msgspec.Raw(b"")
 
@@ -217,6 +222,21 @@ def _coerce_event(raw: msgspec.Raw, exact: bool) -> Any:
     )
 
 
+_DECIMAL = msgspec.json.Decoder(Union[Decimal, None])
+
+
+def exact_number(raw: bytes) -> Decimal | None:
+    """A time's JSON text as a Decimal (a number, or a string of one); None if it is neither."""
+    try:
+        return _DECIMAL.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        try:
+            value = _number(json.loads(raw, parse_float=Decimal), True)
+        except (ValueError, RecursionError):
+            return None
+        return value if isinstance(value, Decimal) else None
+
+
 def _coerce_args(value: Any) -> Args | None:
     if not isinstance(value, dict):
         return None
@@ -278,4 +298,4 @@ def _number(v: Any, exact: bool) -> Any:
     return float(v)
 
 
-__all__ = ["Args", "Decoded", "Event", "ExactEvent", "decode_events"]
+__all__ = ["Args", "Decoded", "Event", "ExactEvent", "decode_events", "exact_number"]

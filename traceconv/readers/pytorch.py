@@ -35,12 +35,30 @@ PARALLEL_BYTES = 6 * CHUNK  # smaller traces are done before worker processes wo
 GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
 
 
-def decode_strict(chunk: bytes, unpadded: bool) -> Decoded:
-    """One chunk's events with exact times where a float64 would lose nanoseconds (no repairs)."""
-    if unpadded:
-        return decode_events(chunk, True)
-    decoded = decode_events(chunk, False)
-    return decode_events(chunk, True) if needs_exact(chunk, decoded.events) else decoded
+class StrictDecoder:
+    """One chunk's events with exact times where a float64 would lose nanoseconds (no repairs).
+
+    Whether a chunk's times are read exactly follows :func:`needs_exact` alone; the decoder
+    only remembers which decode the last chunk needed and tries that one first (a trace has
+    one clock), so that traces of absolute times are not decoded twice per chunk.
+    """
+
+    def __init__(self) -> None:
+        self.exact_first = False
+
+    def __call__(self, chunk: bytes, unpadded: bool) -> Decoded:
+        if unpadded:
+            return decode_events(chunk, True)
+        if self.exact_first:
+            decoded = decode_events(chunk, True)
+            if not needs_exact(chunk, decoded.events):
+                decoded = decode_events(chunk, False)
+        else:
+            decoded = decode_events(chunk, False)
+            if needs_exact(chunk, decoded.events):
+                decoded = decode_events(chunk, True)
+        self.exact_first = decoded.exact
+        return decoded
 
 
 def _is_gzip(path: Path) -> bool:
@@ -91,6 +109,7 @@ class PytorchReader:
         self._unpadded: bool | None = None
         self._events = 0
         self.workers_used = 0  # worker processes that did pass 1 (0: this process did)
+        self._decode_strict = StrictDecoder()
 
     def _detect_unpadded(self, chunk: bytes) -> bool:
         """Decided once, from the first chunk (a trace has one writer)."""
@@ -104,7 +123,7 @@ class PytorchReader:
         return self._unpadded
 
     def _strict(self, chunk: bytes) -> Decoded:
-        return decode_strict(chunk, self._detect_unpadded(chunk))
+        return self._decode_strict(chunk, self._detect_unpadded(chunk))
 
     def tables(self) -> Iterator[pa.Table]:
         size = os.path.getsize(self.path)
@@ -176,7 +195,7 @@ class PytorchReader:
             return _Pending()
 
         try:
-            with ChunkPool([f.path for f in files], decode_strict) as pool, _no_gc():
+            with ChunkPool([f.path for f in files], StrictDecoder()) as pool, _no_gc():
                 chunks = EventChunks(self.path, dispatch, progress, self._chunk_size, salvage=False)
                 for _ in chunks:
                     pass
