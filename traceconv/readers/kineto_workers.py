@@ -23,8 +23,7 @@ import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -32,6 +31,9 @@ from traceconv.readers.kineto_columns import ChunkContext, build
 from traceconv.readers.kineto_decode import Decoded
 from traceconv.readers.kineto_links import extract
 from traceconv.readers.spill import SegmentFile, min_start, narrow, temporary_path
+
+if TYPE_CHECKING:  # multiprocessing is imported when workers are started (small traces never are)
+    from multiprocessing.connection import Connection
 
 IN_FLIGHT = 2  # chunks queued per worker: enough to keep it busy, few enough to bound memory
 MAX_WORKERS = 4  # beyond this the main process (reading, linking, spilling) is the bottleneck
