@@ -7,9 +7,11 @@ as the single-process path does, and send the table back as Arrow IPC. The main 
 takes the results in chunk order, so everything that depends on order (event ids, the
 link index, the spill) is what one process would have produced.
 
-The workers only take the strict path: a chunk that needs a repair, a salvage or a
-different cut makes the worker report failure, and the caller then converts the whole
-trace again in one process (:class:`Unsuitable`), which handles every irregular case.
+The workers decode strictly and repair older Kineto's invalid JSON chunk by chunk, as one
+process does. A chunk cut inside a string, damage no repair mends, or anything unexpected
+makes the worker report failure, and the caller then converts the whole trace again in one
+process (:class:`Unsuitable`), which handles every irregular case (other cuts, --salvage,
+the exact error message).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from traceconv.readers.chunker import Damage
 from traceconv.readers.kineto_columns import ChunkContext, build
 from traceconv.readers.kineto_decode import Decoded
 from traceconv.readers.kineto_links import extract
+from traceconv.readers.kineto_repair import RobustDecoder
 from traceconv.readers.spill import SegmentFile, min_start, narrow, temporary_path
 
 if TYPE_CHECKING:  # multiprocessing is imported when workers are started (small traces never are)
@@ -109,8 +113,11 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
             break
         seq, unpadded, where = task
         try:
-            decoded = strict(_read_task(*where), unpadded)
-            repairs: Counter[str] = Counter()
+            # Repairs of older Kineto's invalid JSON are chunk by chunk, as in one process; a
+            # cut inside a string, or damage no repair mends, goes back to the main process.
+            robust = RobustDecoder(lambda chunk: strict(chunk, unpadded), Damage(), salvage=False)  # noqa: B023
+            decoded = robust(_read_task(*where))
+            repairs = Counter(robust.repairs)
             table = build(decoded, ChunkContext(0, decoded.exact, unpadded, repairs))
             del decoded
             pos, length = out.write(narrow(table))

@@ -171,8 +171,9 @@ class PytorchReader:
         return index, spill, op_spill, chunks.document.top
 
     def _pass1_parallel(self, workers: int, progress: Callable[[int], None] | None) -> _Pass1 | None:
-        """Pass 1 with decoding and building in worker processes; None where the trace needs more
-        than the strict path (repairs, odd cuts, errors), which :meth:`_pass1` then handles."""
+        """Pass 1 with decoding and building in worker processes; None where a chunk needs more than
+        the strict path and its repairs (a cut inside a string, damage, errors): :meth:`_pass1`
+        then converts the trace, with the exact error where there is one."""
         index, spill, op_spill = LinkIndex(), Spill(), Spill()
         files = [spill.adopt(SegmentFile()) for _ in range(workers)]
         repairs: Counter[str] = Counter()
@@ -205,7 +206,7 @@ class PytorchReader:
                 held.close()
             self.info.notes, self._unpadded, self._events = notes, None, 0
             return None
-        damage = Damage(repairs=repairs)
+        damage = Damage(repairs=repairs + chunks.damage.repairs)  # workers' repairs and the chunker's
         self._record_damage(damage, RobustDecoder(self._strict, damage, False))
         self.workers_used = workers
         return index, spill, op_spill, chunks.document.top
