@@ -193,8 +193,10 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     cols["start_ns"], cols["dur_ns"], cols["end_ns"] = start, dur, pc.add(start, dur)
     cols["flow_id"] = numbers([e.id for e in events], pa.int64())
     cols["args"] = _utf8(raw_texts([e.args for e in events]), ctx.repairs)
-    cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)')
-    cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)')
+    # Kineto writes these ids on API calls, GPU ops, operators and annotations; Python frames
+    # and allocator events (a third of a trace with stacks and memory) are not searched.
+    cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)', kinds, _NO_CORRELATION)
+    cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)', kinds, _NO_EXTERNAL_ID)
     cols["api_class"] = _api_class(cat, kinds)
     _gpu_detail(cols, decoded, kinds, name, n)
     _memory_detail(cols, decoded, kinds, n)
@@ -229,15 +231,24 @@ def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:
         return pa.array(fixed, pa.string())
 
 
-def _arg_int(args: pa.Array, pattern: str) -> pa.Array:
-    """One integer argument of every event, found by a regular expression over the JSON text (C++ speed)."""
-    text = pc.struct_field(pc.extract_regex(args, pattern), [0])
+_NO_EXTERNAL_ID = np.array([_KIND_CODE["python"], _KIND_CODE["memory"]])
+_NO_CORRELATION = np.array([_KIND_CODE["python"], _KIND_CODE["memory"], _KIND_CODE["cpu_op"]])
+
+
+def _arg_int(args: pa.Array, pattern: str, kinds: I64, skipped: I64) -> pa.Array:
+    """One integer argument, found by a regular expression over the JSON text (C++ speed), for
+    the events not of the ``skipped`` kinds (null for those)."""
+    searched = ~np.isin(kinds, skipped)
+    every = bool(searched.all())
+    idx = np.flatnonzero(searched)
+    text = pc.struct_field(pc.extract_regex(args if every else args.take(pa.array(idx)), pattern), [0])
     try:
-        return text.cast(pa.int64())
+        values = text.cast(pa.int64())
     except pa.ArrowInvalid:  # past int64: null here, kept in the args text
-        return numbers(
+        values = numbers(
             [int(v) if v is not None and -(2**63) <= int(v) < 2**63 else None for v in text.to_pylist()], pa.int64()
         )
+    return values if every else spread(values, positions(len(kinds), idx))
 
 
 def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:

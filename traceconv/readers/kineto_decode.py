@@ -134,11 +134,12 @@ class Decoded:
 
     def typed_args(self, idx: Sequence[int]) -> list[Args | None]:
         """The arguments with columns of their own, decoded for the events at ``idx`` only."""
-        raws = [bytes(self.events[i].args) or b"null" for i in idx]
+        events = self.events
+        raws = [events[i].args or b"null" for i in idx]  # msgspec.Raw joins as it is, no copy
         try:
             return _ARGS_LIST.decode(b"[" + b",".join(raws) + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            return [_one_args(raw) for raw in raws]
+            return [_one_args(bytes(raw)) for raw in raws]
 
     @staticmethod
     def concat(parts: list[Decoded]) -> Decoded:
