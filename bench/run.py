@@ -58,6 +58,7 @@ class Input:
     kind: str  # "json" or "sqlite"
     big: bool = False  # only tools that stream run on it (whole-document tools need ~8x its size)
     missing: str = ""
+    optional: bool = False  # not in shared/: made on a GPU machine
 
 
 @dataclass
@@ -123,6 +124,10 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         Input("x4", DATA / "big_train_x4.json", "json", big=True),
         Input("small", shared / "corpus" / "pytorch" / "h200" / "ddp_rank0.pt.trace.json", "json"),
         Input("sqlite", sql, "sqlite"),
+        # Other shapes, held back from shared/ (made on the H200 by .gpu/big_shapes.py, see
+        # bench/README.md): measured when present in bench/data/, "n/a" otherwise.
+        Input("stack", DATA / "big2_conv_stack.json", "json", optional=True),
+        Input("transformer", DATA / "big3_transformer.pt.trace.json.gz", "json", optional=True),
     ]
     inputs = [i for i in inputs if wanted is None or i.key in wanted]
     keys = {i.key for i in inputs}
@@ -138,7 +143,8 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         _atomic(sql, ["xz", "-dkc", str(sql_xz)])
     for i in inputs:
         if not i.path.exists():
-            i.missing = f"input missing: {i.path} (needs {shared}/bench/)"
+            where = "bench/README.md says how to make it" if i.optional else f"needs {shared}/bench/"
+            i.missing = f"input missing: {i.path.name} ({where})"
     return inputs
 
 
@@ -337,7 +343,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and input; the median is shown")
     parser.add_argument("--quick", action="store_true", help="1 run, and skip the slow alternatives")
     parser.add_argument("--only", help="comma-separated tools: traceconv,orjson,pandas,duckdb,polars,ijson,hta,sqlite3")
-    parser.add_argument("--inputs", help="comma-separated inputs: big,gz,x4,small,sqlite")
+    parser.add_argument("--inputs", help="comma-separated inputs: big,gz,x4,small,sqlite,stack,transformer")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a tool run is killed")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the shared/ folder")
     args = parser.parse_args()
