@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,7 @@ import pyarrow.parquet as pq
 
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
-from traceconv.errors import InputError, SchemaVersionError, UsageError
+from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UsageError
 from traceconv.readers import Progress, Reader, open_reader
 
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
@@ -122,11 +124,23 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
                 background.close()
             writer.add_key_value_metadata(_metadata(reader, result))
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and _no_space(exc):
+            raise TraceconvError(
+                out,
+                f"could not be written: no space left ({exc.strerror or exc})",
+                f"free disk space where the output goes and in {tempfile.gettempdir()} (temporary files; "
+                "set TMPDIR to use another place)",
+            ) from exc
         raise
     result.info = reader.info
     return result
+
+
+def _no_space(exc: OSError) -> bool:
+    """Disk full or over quota (pyarrow's errors may carry the reason only in their text)."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
 
 
 def convert(

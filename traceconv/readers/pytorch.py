@@ -135,13 +135,13 @@ class PytorchReader:
         if state is None:
             state = self._pass1(progress)
         index, spill, op_spill, top = state
-        self._describe(top, spill.min_start)
         try:
-            index.finalize(op_spill)
-        finally:
-            op_spill.close()
-        base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
-        try:
+            self._describe(top, spill.min_start)
+            try:
+                index.finalize(op_spill)
+            finally:
+                op_spill.close()
+            base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
             for table in spill:
                 wide = S.conform(dict(zip(table.column_names, table.columns, strict=True)), table.num_rows)
                 yield _stamp(index.resolve(wide, base), self.info)
@@ -161,12 +161,17 @@ class PytorchReader:
         chunks = EventChunks(self.path, decode, progress, self._chunk_size, self._salvage)
         robust.damage = chunks.damage
         index, spill, op_spill = LinkIndex(), Spill(), Spill()
-        with _no_gc():  # pass 1 allocates millions of short-lived objects without cycles
-            for decoded in chunks:
-                ctx = ChunkContext(self._events, decoded.exact, bool(self._unpadded), chunks.damage.repairs)
-                table = build(decoded, ctx)
-                del decoded
-                self._add(table, index, spill, op_spill)
+        try:
+            with _no_gc():  # pass 1 allocates millions of short-lived objects without cycles
+                for decoded in chunks:
+                    ctx = ChunkContext(self._events, decoded.exact, bool(self._unpadded), chunks.damage.repairs)
+                    table = build(decoded, ctx)
+                    del decoded
+                    self._add(table, index, spill, op_spill)
+        except BaseException:  # an error, an interrupt: no temporary files left behind
+            spill.close()
+            op_spill.close()
+            raise
         self._record_damage(chunks.damage, robust)
         return index, spill, op_spill, chunks.document.top
 
@@ -206,6 +211,10 @@ class PytorchReader:
                 held.close()
             self.info.notes, self._unpadded, self._events = notes, None, 0
             return None
+        except BaseException:  # interrupted, out of memory: no temporary files left behind
+            for held in (spill, op_spill):
+                held.close()
+            raise
         damage = Damage(repairs=repairs + chunks.damage.repairs)  # workers' repairs and the chunker's
         self._record_damage(damage, RobustDecoder(self._strict, damage, False))
         self.workers_used = workers

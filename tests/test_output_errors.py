@@ -1,0 +1,43 @@
+"""Writing fails cleanly: one line, exit 1, nothing half-written, no temporary files left."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from traceconv.cli import main
+from traceconv.readers import spill
+
+from .conftest import FIXTURES
+
+TRACE = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"  # 5 MB of JSON: spills to a file
+
+
+def _disk_full(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["parquet", "spill"])
+def test_disk_full_is_one_clear_line(where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    if where == "parquet":
+        monkeypatch.setattr(pq.ParquetWriter, "write_table", _disk_full)
+    else:
+        monkeypatch.setattr(spill, "SPILL_BYTES", 0)
+        monkeypatch.setattr(spill.Spill.__init__, "__defaults__", (0,))
+        monkeypatch.setattr(spill.SegmentFile, "write", _disk_full)
+    out = tmp_path / "out.parquet"
+    result = CliRunner().invoke(main, ["ingest", str(TRACE), "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no space left" in lines[0] and "TMPDIR" in lines[0], result.output
+    assert "internal error" not in lines[0]
+    assert not out.exists() and os.listdir(tmp_path) == ["tmp"]
+    assert os.listdir(tmp_path / "tmp") == []
