@@ -19,11 +19,19 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import IO, Any, NoReturn
 
 import orjson
 
 from traceconv.errors import InputError, UnsupportedFormatError
+
+try:  # Intel ISA-L: the same streaming API as zlib, 2.4x faster inflating
+    from isal import isal_zlib as _inflate
+except ImportError:  # pragma: no cover - machines without an isal wheel
+    _inflate: ModuleType = zlib  # type: ignore[no-redef]
+_INFLATE_ERROR: type[BaseException] = getattr(_inflate, "error", zlib.error)
+GZIP_ERRORS = (OSError, EOFError, zlib.error, _INFLATE_ERROR)
 
 BLOCK = 4 << 20  # bytes read per I/O call
 CHUNK = 4 << 20  # target bytes of events decoded at once
@@ -91,7 +99,7 @@ class _Gunzip:
 
     def __init__(self, fileobj: IO[bytes]) -> None:
         self.fileobj = fileobj
-        self._d = zlib.decompressobj(31)
+        self._d = _inflate.decompressobj(31)
         self._fed = False  # has the current member's decompressor seen any input?
         self._input = b""
         self._error: BaseException | None = None
@@ -109,7 +117,7 @@ class _Gunzip:
                     break
                 piece = self._d.decompress(data, size - have)
                 self._fed = True
-            except (OSError, EOFError, zlib.error) as exc:
+            except GZIP_ERRORS as exc:
                 if not out:
                     raise
                 self._error = exc  # first the good bytes, the error on the next call
@@ -119,7 +127,7 @@ class _Gunzip:
             have += len(piece)
             if self._d.eof:
                 rest = self._d.unused_data.lstrip(b"\x00")  # another member may follow
-                self._d, self._input, self._fed = zlib.decompressobj(31), rest, False
+                self._d, self._input, self._fed = _inflate.decompressobj(31), rest, False
         return b"".join(out)
 
     def _more(self) -> bytes | None:
@@ -205,7 +213,7 @@ class EventChunks:
             return b""
         try:
             data, compressed = fh.read()
-        except (OSError, EOFError, zlib.error) as exc:
+        except GZIP_ERRORS as exc:
             # A gzip stream cut short or damaged: what came before it is still good.
             self._cut_short = f"the gzip stream is damaged or cut short after {self._decompressed:,} bytes ({exc})"
             return b""
