@@ -41,3 +41,23 @@ def test_disk_full_is_one_clear_line(where: str, tmp_path: Path, monkeypatch: py
     assert "internal error" not in lines[0]
     assert not out.exists() and os.listdir(tmp_path) == ["tmp"]
     assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_sigterm_exits_143_and_leaves_nothing(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)  # reading it blocks: the process is surely running when the signal comes
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    cmd = [sys.executable, "-m", "traceconv.cli", "ingest", str(fifo), "-o", str(tmp_path / "out.parquet")]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, env=env)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 143, err
+    assert b"Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["tmp", "trace.json"] and os.listdir(tmp_path / "tmp") == []

@@ -103,3 +103,19 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path) -> None
     assert one["name"].cast(pa.string()).to_pylist().count("},  {aten::mm") > 0
     _assert_same(one, two)
     assert parallel.info.notes == single.info.notes
+
+
+def test_workers_exit_when_the_main_side_goes_away() -> None:
+    """A worker must not wait forever on a pipe whose main end another worker inherited."""
+    from traceconv.readers.kineto_workers import ChunkPool
+    from traceconv.readers.pytorch import StrictDecoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pool = ChunkPool([os.path.join(tmp, "a"), os.path.join(tmp, "b")], StrictDecoder())
+        procs = list(pool._procs)
+        for conn in pool._conns:  # as if the main process died: no goodbye, just closed pipes
+            conn.close()
+        for proc in procs:
+            proc.join(timeout=10)
+        assert not any(proc.is_alive() for proc in procs)
+        pool._conns, pool._procs = [], []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -132,6 +133,13 @@ def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
 @click.option("--debug", is_flag=True, help="Show the full traceback on errors.")
 def main(debug: bool) -> None:
     """Convert GPU profiles (PyTorch profiler, Nsight Systems) to one Parquet schema and analyse them."""
+    # SIGTERM (kill, timeout, a job scheduler) unwinds like Ctrl-C: temporary files and
+    # half-written outputs are removed on the way out; exit status 143 as the shell reports it.
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @main.command()

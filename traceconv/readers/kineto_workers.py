@@ -95,7 +95,22 @@ def _read_task(path: str, offset: int, length: int, handed_over: bool) -> bytes:
     return data
 
 
-def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str) -> None:
+PR_SET_PDEATHSIG = 1  # Linux prctl option
+
+
+def _orphan_proof(inherited: list[Connection]) -> None:
+    """Die with the main process, however it ends (killed, out of memory): Linux sends this
+    process SIGKILL then. And close the main process's ends of every pipe inherited by fork:
+    held open here, they would keep another worker (or this one) waiting for input forever."""
+    for conn in inherited:
+        conn.close()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the main process is already gone
+        os._exit(0)
+
+
+def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str, inherited: list[Connection]) -> None:
     """Worker loop: a task names the chunk's bytes in a file; its table goes to ``path``, its link rows back.
 
     Chunks travel as file positions, not through the pipe: the trace itself for plain JSON
@@ -103,6 +118,8 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     Tasks and replies are small, so neither side blocks on the other's pipe.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _orphan_proof(inherited)
     # Decoding makes millions of objects without cycles; a collection would also walk (and so
     # copy, page by page) every object inherited from the main process.
     gc.disable()
@@ -148,7 +165,10 @@ class ChunkPool:
             warnings.simplefilter("ignore", DeprecationWarning)
             for path in paths:
                 parent, child = ctx.Pipe(duplex=True)
-                proc = ctx.Process(target=_serve, args=(child, strict, path), daemon=True, name="traceconv-pass1")
+                inherited = [*self._conns, parent]  # the main process's ends the child gets by fork
+                proc = ctx.Process(
+                    target=_serve, args=(child, strict, path, inherited), daemon=True, name="traceconv-pass1"
+                )
                 proc.start()
                 child.close()
                 self._conns.append(parent)
