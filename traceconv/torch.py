@@ -80,7 +80,9 @@ class ParquetHandler:
         trace = tmp_dir / f"{stem}.pt.trace.json"
         try:
             prof.export_chrome_trace(str(trace))
-            result = convert(trace, out)
+            # In one process: never fork a training process (CUDA contexts, NCCL threads, and
+            # an address space that fork would have to copy the page tables of).
+            result = convert(trace, out, workers=0)
             if self.keep_json:
                 self._keep(trace)
         except TraceconvError as exc:
