@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceconv.readers.kineto_columns import _as_decimal, _decimal_ns, times_ns
+from traceconv.readers.kineto_times import _as_decimal, _decimal_ns, times_ns
 from traceconv.readers.pytorch import PytorchReader
 
 from .conftest import corpus_files

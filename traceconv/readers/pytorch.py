@@ -22,10 +22,11 @@ from traceconv import schema as S
 from traceconv.errors import TraceconvError
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.chunker import CHUNK, Damage, EventChunks
-from traceconv.readers.kineto_columns import ChunkContext, build, needs_exact, unpadded_fractions
+from traceconv.readers.kineto_columns import ChunkContext, build
 from traceconv.readers.kineto_decode import Decoded, decode_events
 from traceconv.readers.kineto_links import LinkIndex
 from traceconv.readers.kineto_repair import RobustDecoder
+from traceconv.readers.kineto_times import needs_exact, unpadded_fractions
 from traceconv.readers.kineto_workers import ChunkPool, Taken, Unsuitable, worker_count
 from traceconv.readers.spill import SegmentFile, Spill
 
