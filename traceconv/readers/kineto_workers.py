@@ -115,7 +115,8 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
 
     Chunks travel as file positions, not through the pipe: the trace itself for plain JSON
     (the page cache has it), a file handed over by the main process for decompressed gzip.
-    Tasks and replies are small, so neither side blocks on the other's pipe.
+    Tasks are a few bytes, so the main process never blocks sending one (no deadlock); a
+    reply (the link rows) waits in the pipe until the main process takes it, in chunk order.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
