@@ -40,11 +40,21 @@ def _reference(values: list[object], unpadded: bool) -> list[int | None]:
     return [_decimal_ns(_as_decimal(v), unpadded) for v in values]
 
 
-@pytest.mark.parametrize("unpadded", [False, True])
-def test_odd_forms(unpadded: bool) -> None:
-    values: list[object] = [msgspec.Raw(b) for b in ODD] + [None, Decimal("5.5"), 3.25]
-    assert times_ns(values, True, unpadded).to_pylist() == _reference(values, unpadded)
-    assert times_ns([msgspec.Raw(b"1712195495519689.047")], True, False).to_pylist() == [1712195495519689047]
+# Written out by hand (Decimal arithmetic; unpadded: integer microseconds * 1000 + the decimals as written).
+PADDED = [1712195495519689047, 5127845266863951, -1500, 123000, 500, -1, 1050, 1500000, 77250, 1235, None,
+          9223372036854775807, None, None, None, None]  # fmt: skip
+UNPADDED = [1712195495519689047, 5127845266863951, -1005, 123000, 5, -1, 1005, 1500000, 77025, 24456, None,
+            9223372036854775807, None, None, None, None]  # fmt: skip
+
+
+@pytest.mark.parametrize(("unpadded", "expected"), [(False, PADDED), (True, UNPADDED)])
+def test_odd_forms(unpadded: bool, expected: list[int | None]) -> None:
+    raws: list[object] = [msgspec.Raw(b) for b in ODD]
+    assert times_ns(raws, True, unpadded).to_pylist() == expected  # as decoded: all Raw
+    # as the repair paths make them: Decimal, float and None beside Raw
+    mixed = [*raws, None, Decimal("5.5"), 3.25]
+    tail = [None, 5005, 3025] if unpadded else [None, 5500, 3250]
+    assert times_ns(mixed, True, unpadded).to_pylist() == expected + tail
 
 
 @settings(max_examples=200, deadline=None)

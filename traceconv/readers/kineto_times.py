@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.readers.arrow_util import positions, raw_texts, spread
 from traceconv.readers.kineto_decode import exact_number
 
 _TS_EXACT = re.compile(rb'"ts"\s*:\s*-?(?:\d{14,}|9\d{12}|8[7-9]\d{11})\.')
@@ -80,9 +81,12 @@ def _text_ns(values: list[Any], unpadded: bool) -> pa.Array:
     """Exact nanoseconds from the times' text, at C speed for the usual forms (``123``,
     ``-1.5``, ``1712195495519689.047``); anything else (exponents, strings, more decimals)
     value by value through Decimal."""
-    texts = [_time_text(v) for v in values]
+    try:  # as decoded: every value a msgspec.Raw, joined without a Python object per value
+        texts = raw_texts(values)
+    except TypeError:  # from the repair paths: Decimal, float or None values among them
+        texts = pa.array([_time_text(v) for v in values], pa.binary())
     try:
-        parts = pc.extract_regex(pa.array(texts, pa.binary()).cast(pa.string()), _TIME_TEXT)
+        parts = pc.extract_regex(texts.cast(pa.string()), _TIME_TEXT)
     except pa.ArrowInvalid:  # not UTF-8 (a string value): every value the slow way
         return pa.array([_decimal_ns(_as_decimal(v), unpadded) for v in values], type=pa.int64())
     us = pc.struct_field(parts, "us").cast(pa.int64())
@@ -91,13 +95,12 @@ def _text_ns(values: list[Any], unpadded: bool) -> pa.Array:
     magnitude = pc.add(pc.multiply(us, 1000), frac.cast(pa.int64()))
     ns = pc.if_else(pc.equal(pc.struct_field(parts, "neg"), "-"), pc.negate(magnitude), magnitude)
     fast = pc.and_(pc.is_valid(parts), pc.less_equal(us, _MAX_US)).fill_null(False)
-    slow = np.flatnonzero(~np.asarray(fast) & np.array([t is not None for t in texts], dtype=bool))
+    slow_rows = pc.and_(pc.invert(fast), pc.is_valid(texts))  # "null" text is valid: Decimal says None
+    slow = np.flatnonzero(np.asarray(slow_rows))
     if len(slow) == 0:
         return ns
     fixed = pa.array([_decimal_ns(_as_decimal(values[i]), unpadded) for i in slow], type=pa.int64())
-    pos = np.full(len(values), -1, dtype=np.int64)
-    pos[slow] = np.arange(len(slow), dtype=np.int64)
-    return pc.if_else(pa.array(pos >= 0), fixed.take(pa.array(np.maximum(pos, 0))), ns)
+    return pc.if_else(slow_rows, spread(fixed, positions(len(values), slow)), ns)
 
 
 def _time_text(v: Any) -> bytes | None:

@@ -67,10 +67,6 @@ def _is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def _estimated_bytes(path: Path, size: int) -> int:
-    return size * GZIP_RATIO if _is_gzip(path) else size
-
-
 @contextmanager
 def _no_gc() -> Iterator[None]:
     was_enabled = gc.isenabled()
@@ -131,8 +127,9 @@ class PytorchReader:
         progress = (lambda done: self._progress(done, size)) if self._progress else None  # type: ignore[misc]
         workers = 0 if self._salvage else worker_count(self._workers)
         state = None
-        if workers and _estimated_bytes(self.path, size) >= PARALLEL_BYTES * self._chunk_size // CHUNK:
-            state = self._pass1_parallel(workers, progress)
+        gzip = workers > 0 and _is_gzip(self.path)
+        if workers and size * (GZIP_RATIO if gzip else 1) >= PARALLEL_BYTES * self._chunk_size // CHUNK:
+            state = self._pass1_parallel(workers, progress, plain=not gzip)
         if state is None:
             state = self._pass1(progress)
         index, spill, op_spill, top = state
@@ -173,10 +170,10 @@ class PytorchReader:
             spill.close()
             op_spill.close()
             raise
-        self._record_damage(chunks.damage, robust)
+        self._record_damage(chunks.damage, robust.repairs)
         return index, spill, op_spill, chunks.document.top
 
-    def _pass1_parallel(self, workers: int, progress: Callable[[int], None] | None) -> _Pass1 | None:
+    def _pass1_parallel(self, workers: int, progress: Callable[[int], None] | None, plain: bool) -> _Pass1 | None:
         """Pass 1 with decoding and building in worker processes; None where a chunk needs more than
         the strict path and its repairs (a cut inside a string, damage, errors): :meth:`_pass1`
         then converts the trace, with the exact error where there is one."""
@@ -193,8 +190,6 @@ class PytorchReader:
                 spill.add_segment(files[worker], info["pos"], info["length"], self._events, info["start"])
                 self._events += info["rows"]
                 repairs.update(info["repairs"])
-
-        plain = not _is_gzip(self.path)
 
         def dispatch(chunk: bytes) -> _Pending:
             source = (str(self.path), chunks.offset) if plain else None  # a chunk starts at the offset
@@ -216,8 +211,7 @@ class PytorchReader:
             for held in (spill, op_spill):
                 held.close()
             raise
-        damage = Damage(repairs=repairs + chunks.damage.repairs)  # workers' repairs and the chunker's
-        self._record_damage(damage, RobustDecoder(self._strict, damage, False))
+        self._record_damage(chunks.damage, repairs)  # the chunker's own repairs and the workers'
         self.workers_used = workers
         return index, spill, op_spill, chunks.document.top
 
@@ -228,8 +222,8 @@ class PytorchReader:
             op_spill.append(ops)
         spill.append(table)
 
-    def _record_damage(self, damage: Damage, robust: RobustDecoder) -> None:
-        for label, count in sorted((robust.repairs + damage.repairs).items()):
+    def _record_damage(self, damage: Damage, decoder_repairs: Counter[str]) -> None:
+        for label, count in sorted((decoder_repairs + damage.repairs).items()):
             self.info.notes.append(f"repaired invalid JSON as older Kineto wrote it: {label} ({count:,})")
             self.info.counters["repairs"] = self.info.counters.get("repairs", 0) + count
         self.info.notes.extend(damage.notes)
