@@ -16,6 +16,7 @@ import click
 from traceconv import __version__
 from traceconv.errors import PartialResultError, TraceconvError, UsageError
 from traceconv.ingest import Job, plan_jobs
+from traceconv.lean import system_allocator
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,6 +137,7 @@ def main(debug: bool) -> None:
     # SIGTERM (kill, timeout, a job scheduler) unwinds like Ctrl-C: temporary files and
     # half-written outputs are removed on the way out; exit status 143 as the shell reports it.
     signal.signal(signal.SIGTERM, _terminated)
+    system_allocator()
 
 
 def _terminated(signum: int, frame: object) -> None:

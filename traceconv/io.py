@@ -115,7 +115,8 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
             use_dictionary=DICTIONARY_COLUMNS,
             write_statistics=STATISTICS_COLUMNS,
         ) as writer:
-            background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)))
+            # One table queued while one is encoded: a deeper queue holds more memory and gains no speed.
+            background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=1)
             try:
                 for table in tables:
                     background.put(table)

@@ -6,9 +6,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 

@@ -33,8 +33,8 @@ except ImportError:  # pragma: no cover - machines without an isal wheel
 _INFLATE_ERROR: type[BaseException] = getattr(_inflate, "error", zlib.error)
 GZIP_ERRORS = (OSError, EOFError, zlib.error, _INFLATE_ERROR)
 
-BLOCK = 4 << 20  # bytes read per I/O call
-CHUNK = 4 << 20  # target bytes of events decoded at once
+BLOCK = 1 << 20  # bytes read per I/O call
+CHUNK = 2 << 20  # target bytes of events decoded at once (memory: ~25x this while decoded)
 MAX_HEADER = 64 << 20  # bytes of top-level keys allowed before "traceEvents"
 MAX_EVENT = 256 << 20  # a single event larger than this is hostile, not a trace
 MAX_RATIO = 1000  # decompressed/compressed beyond this (and past MAX_EVENT bytes) is a gzip bomb
@@ -426,7 +426,7 @@ class _Prefetch:
     """Reads (and decompresses) the next blocks in a thread while the caller parses: zlib and
     file reads release the GIL, so gzip input costs little more than plain JSON."""
 
-    def __init__(self, fh: IO[bytes], depth: int = 3) -> None:
+    def __init__(self, fh: IO[bytes], depth: int = 2) -> None:
         self._fh = fh
         self._raw = getattr(fh, "fileobj", None)
         self._queue: queue.Queue[tuple[bytes, int | None, BaseException | None]] = queue.Queue(depth)

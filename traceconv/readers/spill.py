@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SPILL_BYTES = 8 << 20
+SPILL_BYTES = 1 << 20
 
 
 def narrow(table: pa.Table) -> pa.Table:
@@ -134,3 +134,17 @@ class Spill:
         for file in self._files:
             file.remove()
         self._files = []
+
+
+def row_groups(tables: Iterable[pa.Table], rows: int) -> Iterator[list[pa.Table]]:
+    """Consecutive tables, gathered until they hold at least ``rows`` rows (the last group may hold fewer)."""
+    group: list[pa.Table] = []
+    have = 0
+    for table in tables:
+        group.append(table)
+        have += table.num_rows
+        if have >= rows:
+            yield group
+            group, have = [], 0
+    if group:
+        yield group

@@ -1,0 +1,90 @@
+"""What keeps a conversion's memory small: the allocator the CLI picks, the lazy API, the row groups."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import traceconv
+from traceconv.readers import pytorch
+from traceconv.readers.spill import row_groups
+
+from .conftest import FIXTURES
+
+TRACE = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+
+
+def _pool_after_cli(tmp_path: Path, env: dict[str, str]) -> str:
+    """The Arrow memory pool a CLI conversion ran with (the CLI process imports nothing before main)."""
+    code = (
+        "import sys; from traceconv.cli import main\n"
+        "assert 'pyarrow' not in sys.modules, 'pyarrow was imported before the CLI chose its allocator'\n"
+        f"main(['ingest', {str(TRACE)!r}, '-o', {str(tmp_path / 'x.parquet')!r}, '--workers', '0'], "
+        "standalone_mode=False)\n"
+        "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    proc = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_cli_converts_with_the_c_allocator(tmp_path: Path) -> None:
+    assert _pool_after_cli(tmp_path, {}) == "system"
+
+
+def test_the_users_choice_of_arrow_pool_wins(tmp_path: Path) -> None:
+    if "mimalloc" not in pa.supported_memory_backends():
+        pytest.skip("this pyarrow has no mimalloc")
+    assert _pool_after_cli(tmp_path, {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc"
+
+
+def test_importing_the_library_leaves_the_allocator_alone() -> None:
+    code = (
+        "import os, traceconv; traceconv.read_unified; import traceconv.cli\n"
+        "assert 'ARROW_DEFAULT_MEMORY_POOL' not in os.environ"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    subprocess.run([sys.executable, "-c", code], env=clean, check=True)
+
+
+def test_the_api_is_imported_on_first_use() -> None:
+    assert traceconv.convert.__module__ == "traceconv.io"
+    assert traceconv.SCHEMA.names[0] and traceconv.SCHEMA_VERSION
+    assert {"convert", "read_unified", "SCHEMA"} <= set(dir(traceconv))
+    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
+        traceconv.nonesuch  # noqa: B018
+
+
+def _tables(*rows: int) -> list[pa.Table]:
+    return [pa.table({"i": pa.array(range(n), pa.int64())}) for n in rows]
+
+
+def test_row_groups_gather_consecutive_tables_until_enough_rows() -> None:
+    groups = list(row_groups(_tables(3, 4, 10, 1, 1, 2), 5))
+    assert [[t.num_rows for t in g] for g in groups] == [[3, 4], [10], [1, 1, 2]]
+    assert list(row_groups([], 5)) == []
+
+
+def test_small_chunks_are_written_as_large_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pytorch, "ROW_GROUP_ROWS", 4000)
+    reader = pytorch.PytorchReader(TRACE, chunk_size=64 << 10, workers=0)  # ~30 chunks of ~500 events
+    out = tmp_path / "t.parquet"
+    traceconv.io.write_tables(reader, reader.tables(), out)
+    meta = pq.read_metadata(out)
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sum(sizes) == 16079
+    assert all(n >= 4000 for n in sizes[:-1]) and 1 < len(sizes) <= 16079 // 4000 + 1
+    whole = pa.concat_tables(pytorch.PytorchReader(TRACE, workers=0).tables())
+    written = pq.read_table(out)
+    for name in ("event_id", "op_event_id", "launch_event_id", "queue_ns", "name", "thread_name"):
+        a, b = written[name], whole[name]
+        if pa.types.is_dictionary(a.type):  # each row group has a dictionary of its own
+            a, b = a.cast(pa.string()), b.cast(pa.string())
+        assert a.equals(b), name
