@@ -324,7 +324,7 @@ class EventChunks:
         for m in CUT.finditer(buf, min(self.chunk_size, max(len(buf) - 1, 0))):
             end = m.start() + 1
             try:
-                return m.end() - 1, self.decode(bytes(buf[:end]))
+                return m.end() - 1, self.decode(_prefix(buf, end))
             except ChunkDecodeError as exc:
                 if not bad_cut(exc, end):
                     self._fail(exc)
@@ -342,7 +342,7 @@ class EventChunks:
         if last is None:
             return None
         try:
-            return last.end() - 1, self.decode(bytes(buf[: last.start() + 1]))
+            return last.end() - 1, self.decode(_prefix(buf, last.start() + 1))
         except ChunkDecodeError:
             return None
 
@@ -475,6 +475,12 @@ class _Prefetch:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _prefix(buf: bytearray, end: int) -> bytes:
+    """``bytes(buf[:end])`` with one copy instead of two (a slice of a bytearray is a copy)."""
+    with memoryview(buf) as view:
+        return bytes(view[:end])
 
 
 def _array_end(buf: bytes) -> int | None:
