@@ -149,9 +149,7 @@ class LinkIndex:
 
     # -- between passes -------------------------------------------------------------
     def finalize(self, op_tables: Iterable[pa.Table]) -> None:
-        self.api = {f: _cat(v) for f, v in self._api.items()}
-        self.gpu = {f: _cat(v) for f, v in self._gpu.items()}
-        self._api, self._gpu = {}, {}
+        self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
         resolver = _OpResolver(self.api, self.gpu)
         for ops in op_tables:
             resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
@@ -160,6 +158,10 @@ class LinkIndex:
         self._by_corr = SortedKeys(np.where(self.api["corr"] >= 0, self.api["corr"], -2))
         self._by_api_eid = SortedKeys(self.api["event_id"])
         self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
+        # Pass 2 looks rows up through the sorted keys; the fields only linking needed go.
+        for field in ("corr", "ext", "pid"):
+            del self.api[field]
+        self.gpu = {"op_eid": self.gpu["op_eid"], "op_name": self.gpu["op_name"]}
 
     # -- pass 2 ---------------------------------------------------------------------
     def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
@@ -367,8 +369,15 @@ def _gather(values: I64 | None, idx: I64) -> I64:
     return np.where(idx >= 0, values[np.maximum(idx, 0)], -1)
 
 
-def _cat(parts: list[I64]) -> I64:
-    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:
+    """Each field's chunk arrays as one array, emptying ``store`` as it goes: one field's
+    pieces and their concatenation are in memory at once, not every field twice."""
+    out = {}
+    while store:
+        field, parts = store.popitem()
+        out[field] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        del parts
+    return out
 
 
 def _key(value: int | None, label: str | None) -> str:

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from traceconv import schema as S
 from traceconv.errors import TraceconvError
+from traceconv.lean import return_freed_memory
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.kineto_columns import ChunkContext, build
@@ -142,6 +143,7 @@ class PytorchReader:
                 index.finalize(op_spill)
             finally:
                 op_spill.close()
+            return_freed_memory()
             base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
             for group in row_groups(spill, ROW_GROUP_ROWS):
                 wide = pa.concat_tables(
