@@ -9,12 +9,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from msgspec.structs import astuple
 
 from traceconv import schema as S
-from traceconv.readers.arrow_util import I64, dict_codes, from_codes, numbers, positions, raw_texts, spread
+from traceconv.readers.arrow_util import (
+    I64,
+    dict_codes,
+    from_codes,
+    member_table,
+    numbers,
+    positions,
+    raw_texts,
+    spread,
+)
 from traceconv.readers.kineto_decode import Args, Decoded
 from traceconv.readers.kineto_times import times_ns
 
@@ -39,6 +49,10 @@ CATEGORY_KINDS = {
 API_CLASS = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
 GPU_SIDE = frozenset({"kernel", "memcpy", "memset"})
 _KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
+_API_LABELS = sorted(set(API_CLASS.values()))
+_API_CLASS_CODE = {category: _API_LABELS.index(label) for category, label in API_CLASS.items()}
+_IS_GPU = member_table(len(S.KINDS), [_KIND_CODE[k] for k in GPU_SIDE])
+_IS_COPY_OR_SET = member_table(len(S.KINDS), [_KIND_CODE["memcpy"], _KIND_CODE["memset"]])
 _COPY = re.compile(r"^Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?")
 _SET = re.compile(r"^Memset\s*\((\w+)\)")
 
@@ -67,7 +81,7 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     ph = pa.array([e.ph for e in events], pa.string())
     cat = pa.array([e.cat for e in events], pa.string())
     name = pa.array([e.name for e in events], pa.string()).dictionary_encode()
-    kinds = _kinds(ph, cat, name)
+    kinds, api_class = _kinds(ph, cat, name)
     cols["event_id"] = pa.array(np.arange(ctx.first_event_id, ctx.first_event_id + n, dtype=np.int64))
     cols["kind"] = from_codes(kinds, S.KINDS)
     cols["category"] = cat.dictionary_encode()
@@ -85,7 +99,7 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     # and allocator events (a third of a trace with stacks and memory) are not searched.
     cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)', kinds, _NO_CORRELATION)
     cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)', kinds, _NO_EXTERNAL_ID)
-    cols["api_class"] = _api_class(cat, kinds)
+    cols["api_class"] = from_codes(api_class, _API_LABELS)
     _gpu_detail(cols, decoded, kinds, name, n)
     _memory_detail(cols, decoded, kinds, n)
     return S.conform(cols, n)
@@ -105,14 +119,14 @@ def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:
         return pa.array(fixed, pa.string())
 
 
-_NO_EXTERNAL_ID = np.array([_KIND_CODE["python"], _KIND_CODE["memory"]])
-_NO_CORRELATION = np.array([_KIND_CODE["python"], _KIND_CODE["memory"], _KIND_CODE["cpu_op"]])
+_NO_EXTERNAL_ID = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"]])
+_NO_CORRELATION = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"], _KIND_CODE["cpu_op"]])
 
 
-def _arg_int(args: pa.Array, pattern: str, kinds: I64, skipped: I64) -> pa.Array:
+def _arg_int(args: pa.Array, pattern: str, kinds: I64, skipped: npt.NDArray[np.bool_]) -> pa.Array:
     """One integer argument, found by a regular expression over the JSON text (C++ speed), for
     the events not of the ``skipped`` kinds (null for those)."""
-    searched = ~np.isin(kinds, skipped)
+    searched = ~skipped[kinds]
     every = bool(searched.all())
     idx = np.flatnonzero(searched)
     text = pc.struct_field(pc.extract_regex(args if every else args.take(pa.array(idx)), pattern), [0])
@@ -125,19 +139,24 @@ def _arg_int(args: pa.Array, pattern: str, kinds: I64, skipped: I64) -> pa.Array
     return values if every else spread(values, positions(len(kinds), idx))
 
 
-def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> I64:
+def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> tuple[I64, I64]:
+    """Each event's kind code, and its ``api_class`` code (-1 but for CUDA API calls), decided
+    once per distinct (phase, category) pair."""
     keys = pc.binary_join_element_wise(pc.fill_null(ph, ""), pc.fill_null(cat, "\x00"), "\x01")
     distinct, codes = dict_codes(keys)
-    lut = np.empty(len(distinct), dtype=np.int64)
+    kind_lut = np.empty(len(distinct), dtype=np.int64)
+    api_lut = np.full(len(distinct), -1, dtype=np.int64)
     for i, key in enumerate(distinct):
         p, _, c = (key or "").partition("\x01")
-        lut[i] = _KIND_CODE[kind_of(p, None if c == "\x00" else c)]
-    kinds = lut[codes]
+        category = None if c == "\x00" else c
+        kind_lut[i] = _KIND_CODE[kind_of(p, category)]
+        api_lut[i] = _API_CLASS_CODE.get((category or "").lower(), -1)
+    kinds = kind_lut[codes]
     names = name.dictionary.to_pylist()
     if "[memory]" in names:
         is_mem = np.asarray(pc.equal(name.indices, names.index("[memory]")).fill_null(False))
         kinds[is_mem] = _KIND_CODE["memory"]
-    return kinds
+    return kinds, np.where(kinds == _KIND_CODE["cuda_api"], api_lut[codes], -1)
 
 
 def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
@@ -164,18 +183,8 @@ def _int_id(v: Any) -> int | None:
     return None
 
 
-def _api_class(cat: pa.Array, kinds: I64) -> pa.Array:
-    labels = sorted(set(API_CLASS.values()))
-    categories = list(API_CLASS)
-    mapped = pc.index_in(pc.utf8_lower(pc.fill_null(cat, "")), value_set=pa.array(categories))
-    lut = np.array([labels.index(API_CLASS[c]) for c in categories], dtype=np.int64)
-    codes = np.asarray(mapped.fill_null(-1), dtype=np.int64)
-    codes = np.where((codes >= 0) & (kinds == _KIND_CODE["cuda_api"]), lut[np.maximum(codes, 0)], -1)
-    return from_codes(codes, labels)
-
-
 def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: pa.DictionaryArray, n: int) -> None:
-    gpu = np.isin(kinds, [_KIND_CODE[k] for k in GPU_SIDE])
+    gpu = _IS_GPU[kinds]
     annot = np.asarray(
         pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")), "gpu_user_annotation")
     )
@@ -230,7 +239,7 @@ def _copy_kinds(cols: dict[str, pa.Array], name: pa.DictionaryArray, kinds: I64)
         m = _SET.match(text or "")
         parsed.append((None, None, m.group(1)) if m else (None, None, None))
     codes = np.asarray(name.indices.fill_null(-1), dtype=np.int64)
-    copyish = np.isin(kinds, [_KIND_CODE["memcpy"], _KIND_CODE["memset"]]) & (codes >= 0)
+    copyish = _IS_COPY_OR_SET[kinds] & (codes >= 0)
     for col, k in (("copy_kind", 0), ("src_kind", 1), ("dst_kind", 2)):
         values = [p[k] for p in parsed]
         labels = sorted({v for v in values if v is not None})

@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv import schema as S
-from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
+from traceconv.readers.arrow_util import I64, dict_codes, from_codes, member_table, to_numpy
 from traceconv.readers.links import SortedKeys
 
 _K = {k: i for i, k in enumerate(S.KINDS)}
+_IS_GPU = member_table(len(S.KINDS), [_K[k] for k in S.GPU_KINDS])
 _COLS = (
     ("event_id", "event_id"),
     ("corr", "correlation_id"),
@@ -61,7 +62,7 @@ def extract(table: pa.Table) -> dict[str, pa.Table]:
     is_api = kind == _K["cuda_api"]
     if is_api.any():
         parts["api"] = table.select(_ROW_COLUMNS).filter(pa.array(is_api))
-    gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
+    gpu = _IS_GPU[kind]
     if gpu.any():
         parts["gpu"] = table.select(["event_id", "correlation_id", "external_id"]).filter(pa.array(gpu))
     meta = pc.equal(table["phase"].cast(pa.string()), "M")
@@ -169,7 +170,7 @@ class LinkIndex:
         api = self.api
         kind = to_numpy(table["kind"].combine_chunks().indices)
         eid = to_numpy(table["event_id"])
-        gpu = np.isin(kind, [_K[k] for k in S.GPU_KINDS])
+        gpu = _IS_GPU[kind]
         corr = to_numpy(table["correlation_id"])
         launch = np.full(n, -1, dtype=np.int64)
         if gpu.any():
