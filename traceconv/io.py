@@ -127,6 +127,11 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
         os.replace(tmp, out)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        # Stop the reader now, not when its generator is collected: its temporary files go
+        # with it (a traceback kept by the caller would keep them on disk meanwhile).
+        close = getattr(tables, "close", None)
+        if close is not None:
+            close()
         if isinstance(exc, OSError) and _no_space(exc):
             raise TraceconvError(
                 out,

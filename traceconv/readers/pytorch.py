@@ -34,9 +34,11 @@ from traceconv.readers.spill import SegmentFile, Spill, row_groups
 ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
 METADATA_KEYS_SKIPPED = ("traceEvents",)
 PARALLEL_BYTES = 6 * CHUNK  # smaller traces are done before worker processes would pay off
-# Rows written together as one Parquet row group: chunks are small to bound the memory of
-# decoding; each row group costs the writer ~1.4 ms whatever its size (62 column chunks).
-ROW_GROUP_ROWS = 16384
+# Rows written together as one Parquet row group (at least; whole chunks are gathered). Chunks
+# are small to bound the memory of decoding, and each row group costs the writer ~1.4 ms
+# whatever its size (62 column chunks); larger groups cost the main process memory in pass 2
+# (16k rows: +8 MiB at its peak on the bench trace).
+ROW_GROUP_ROWS = 8192
 GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
 
 
