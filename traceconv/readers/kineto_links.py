@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv import schema as S
+from traceconv.lean import return_freed_memory
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, member_table, to_numpy
 from traceconv.readers.links import SortedKeys
 
@@ -150,19 +151,23 @@ class LinkIndex:
 
     # -- between passes -------------------------------------------------------------
     def finalize(self, op_tables: Iterable[pa.Table]) -> None:
+        # Memory grows with the API calls (tens of MiB on a 1 GB trace): every array goes as
+        # soon as nothing needs it, before the next large one is made.
         self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
-        resolver = _OpResolver(self.api, self.gpu)
+        resolver = _OpResolver(self.api, self.gpu)  # keeps sorted copies of the External ids
+        del self.api["ext"], self.gpu["ext"], self.gpu["corr"]
         for ops in op_tables:
             resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
         self.api["op_eid"], self.api["op_name"] = resolver.api_result()
-        self.gpu["op_eid"], self.gpu["op_name"] = resolver.gpu_ext_eid, resolver.gpu_ext_name
-        self._by_corr = SortedKeys(np.where(self.api["corr"] >= 0, self.api["corr"], -2))
+        gpu_op = {"op_eid": resolver.gpu_ext_eid, "op_name": resolver.gpu_ext_name}
+        del resolver
+        # Pass 2 looks rows up through sorted keys; the fields only linking needed go.
+        corr = self.api.pop("corr")
+        self._by_corr = SortedKeys(np.where(corr >= 0, corr, -2))
+        del corr, self.api["pid"]
         self._by_api_eid = SortedKeys(self.api["event_id"])
         self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
-        # Pass 2 looks rows up through the sorted keys; the fields only linking needed go.
-        for field in ("corr", "ext", "pid"):
-            del self.api[field]
-        self.gpu = {"op_eid": self.gpu["op_eid"], "op_name": self.gpu["op_name"]}
+        self.gpu = gpu_op
 
     # -- pass 2 ---------------------------------------------------------------------
     def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
@@ -256,9 +261,9 @@ class _OpResolver:
         codes = self._thread_codes(api["pid"], api["tid"])
         self.t0 = int(api["start"].min()) if n else 0
         self.span = int(max(api["end"].max() - self.t0, 0)) + 2 if n else 1
-        self.key = codes * self.span + (api["start"] - self.t0) if n else codes
-        self.order = np.argsort(self.key, kind="stable")
-        self.sorted_key = self.key[self.order]
+        key = codes * self.span + (api["start"] - self.t0) if n else codes
+        self.order = np.argsort(key, kind="stable")
+        self.sorted_key = key[self.order]
 
     def feed(self, ops: dict[str, I64]) -> None:
         self._ext(ops)
@@ -378,6 +383,7 @@ def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:
         field, parts = store.popitem()
         out[field] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         del parts
+        return_freed_memory()  # the pieces lie between live data: only a trim gives them back
     return out
 
 
