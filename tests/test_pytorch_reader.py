@@ -197,3 +197,19 @@ def test_modern_external_ids_name_the_operator() -> None:
     assert len(api) > 1000
     ops = rows.loc[api["op_event_id"].astype("int64")]
     assert (ops["external_id"].to_numpy() == api["external_id"].to_numpy()).all()
+
+
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        ("facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz", 1),
+        ("seed_linear.json", None),
+    ],
+)
+def test_every_row_names_its_trace_and_rank(name: str, rank: int | None) -> None:
+    path = FIXTURES / "pytorch" / name
+    table = pa.concat_tables(PytorchReader(path, workers=0).tables())
+    assert table.num_rows > 0
+    assert table["source"].cast(pa.string()).unique().to_pylist() == ["pytorch"]
+    assert table["trace_id"].cast(pa.string()).unique().to_pylist() == [name.split(".")[0]]
+    assert table["rank"].unique().to_pylist() == [rank]

@@ -53,6 +53,20 @@ def system_allocator() -> None:
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
+M_TOP_PAD = -2  # glibc mallopt parameter
+
+
+def keep_freed_memory(pad: int) -> None:
+    """Let glibc keep up to ``pad`` bytes of freed memory instead of returning it to the OS at once.
+
+    For a process that allocates and frees the same large amounts over and over (a worker,
+    chunk after chunk): returned, the memory has to be faulted in again each time. Not glibc
+    (musl, macOS): nothing to do.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_TOP_PAD, pad)
+
+
 def return_freed_memory() -> None:
     """Give the C heap's free pages back to the OS (glibc; elsewhere nothing to do).
 

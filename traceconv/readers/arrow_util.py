@@ -83,6 +83,11 @@ def dict_codes(arr: pa.Array) -> tuple[list[str | None], I64]:
     return values, to_numpy(enc.indices)
 
 
+def constant(n: int, value: str) -> pa.DictionaryArray:
+    """``n`` rows of one string, dictionary-encoded (zero indices into a one-entry dictionary)."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value]))
+
+
 def from_codes(codes: I64, values: Sequence[str | None]) -> pa.Array:
     """Dictionary array from codes into ``values`` (-1 = null)."""
     indices = pa.array(codes.astype(np.int32), mask=codes < 0)

@@ -53,6 +53,10 @@ _API_LABELS = sorted(set(API_CLASS.values()))
 _API_CLASS_CODE = {category: _API_LABELS.index(label) for category, label in API_CLASS.items()}
 _IS_GPU = member_table(len(S.KINDS), [_KIND_CODE[k] for k in GPU_SIDE])
 _IS_COPY_OR_SET = member_table(len(S.KINDS), [_KIND_CODE["memcpy"], _KIND_CODE["memset"]])
+# Kineto writes correlation and External ids on API calls, GPU ops, operators and annotations:
+# Python frames and allocator events (a third of a trace with stacks and memory) are not searched.
+_NO_EXTERNAL_ID = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"]])
+_NO_CORRELATION = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"], _KIND_CODE["cpu_op"]])
 _COPY = re.compile(r"^Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?")
 _SET = re.compile(r"^Memset\s*\((\w+)\)")
 
@@ -95,8 +99,6 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     cols["start_ns"], cols["dur_ns"], cols["end_ns"] = start, dur, pc.add(start, dur)
     cols["flow_id"] = numbers([e.id for e in events], pa.int64())
     cols["args"] = _utf8(raw_texts([e.args for e in events]), ctx.repairs)
-    # Kineto writes these ids on API calls, GPU ops, operators and annotations; Python frames
-    # and allocator events (a third of a trace with stacks and memory) are not searched.
     cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)', kinds, _NO_CORRELATION)
     cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)', kinds, _NO_EXTERNAL_ID)
     cols["api_class"] = from_codes(api_class, _API_LABELS)
@@ -117,10 +119,6 @@ def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:
                 repairs["invalid UTF-8 bytes replaced"] += 1
             fixed.append(text)
         return pa.array(fixed, pa.string())
-
-
-_NO_EXTERNAL_ID = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"]])
-_NO_CORRELATION = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"], _KIND_CODE["cpu_op"]])
 
 
 def _arg_int(args: pa.Array, pattern: str, kinds: I64, skipped: npt.NDArray[np.bool_]) -> pa.Array:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from traceconv.lean import keep_freed_memory
 from traceconv.readers.chunker import Damage
 from traceconv.readers.kineto_columns import ChunkContext, build
 from traceconv.readers.kineto_decode import Decoded
@@ -64,22 +65,10 @@ def worker_count(requested: int | None) -> int:
 Taken = tuple[int, dict[str, Any], dict[str, pa.Table]]  # worker, what it wrote, rows for the link index
 
 
-M_TOP_PAD = -2  # glibc mallopt parameter
+# glibc keeps this much freed memory in each worker: each chunk allocates and frees the same
+# ~25 MB, and returning it cost the workers a third of their time in page faults (236k on the
+# 240 MB benchmark trace, 62k with this).
 TOP_PAD = 64 << 20
-
-
-def _keep_freed_memory() -> None:
-    """Let glibc keep up to 64 MiB of freed memory instead of returning it to the OS at once.
-
-    Each chunk allocates and frees the same ~25 MB; returned, it has to be faulted in again
-    for the next chunk, which cost the workers a third of their time (236k page faults on
-    the 240 MB benchmark trace, 62k with this). Not glibc (musl, macOS): nothing to do.
-    """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(M_TOP_PAD, TOP_PAD)
 
 
 def _read_task(path: str, offset: int, length: int, handed_over: bool) -> bytes:
@@ -124,7 +113,7 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     # Decoding makes millions of objects without cycles; a collection would also walk (and so
     # copy, page by page) every object inherited from the main process.
     gc.disable()
-    _keep_freed_memory()
+    keep_freed_memory(TOP_PAD)
     out = SegmentFile(path)
     while True:
         try:

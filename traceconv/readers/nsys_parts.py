@@ -15,6 +15,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.readers import arrow_util
 from traceconv.readers.arrow_util import I64, from_codes, to_numpy
 from traceconv.readers.links import lookup
 from traceconv.readers.nsys_sql import Database
@@ -148,7 +149,7 @@ def api_name(name: str) -> str:
 
 
 def constant(n: int, value: str) -> DictCol:
-    return as_dict(pa.DictionaryArray.from_arrays(arrow(np.zeros(n, dtype=np.int32)), pa.array([value])))
+    return as_dict(arrow_util.constant(n, value))
 
 
 def names_by_key(keys: I64, table_keys: I64, table_values: list[str | None]) -> DictCol:

@@ -16,11 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from traceconv import schema as S
 from traceconv.errors import TraceconvError
 from traceconv.lean import return_freed_memory
+from traceconv.readers.arrow_util import constant
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
 from traceconv.readers.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.kineto_columns import ChunkContext, build
@@ -264,11 +266,8 @@ class PytorchReader:
 def _stamp(table: pa.Table, info: TraceInfo) -> pa.Table:
     """Fill the per-trace identity columns."""
     n = table.num_rows
-    ident = {
-        "source": pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([info.source])),
-        "trace_id": pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([info.trace_id])),
-        "rank": pa.array([info.rank] * n, pa.int32()),
-    }
+    rank = pa.nulls(n, pa.int32()) if info.rank is None else pa.array(np.full(n, info.rank, dtype=np.int32))
+    ident = {"source": constant(n, info.source), "trace_id": constant(n, info.trace_id), "rank": rank}
     for name, arr in ident.items():
         table = table.set_column(table.schema.get_field_index(name), name, arr)
     return table
