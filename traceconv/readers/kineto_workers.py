@@ -36,7 +36,7 @@ from traceconv.readers.kineto_columns import ChunkContext, build
 from traceconv.readers.kineto_decode import Decoded
 from traceconv.readers.kineto_links import extract
 from traceconv.readers.kineto_repair import RobustDecoder
-from traceconv.readers.spill import SegmentFile, min_start, narrow, temporary_path
+from traceconv.readers.spill import APPEND, SegmentFile, min_start, narrow, temporary_path
 
 if TYPE_CHECKING:  # multiprocessing is imported when workers are started (small traces never are)
     from multiprocessing.connection import Connection
@@ -177,7 +177,7 @@ class ChunkPool:
         if source is None:
             handoff = temporary_path()
             self._handoffs.add(handoff)
-            with open(handoff, "wb") as fh:
+            with open(handoff, APPEND) as fh:
                 fh.write(chunk)
             where = (handoff, 0, len(chunk), True)
         else:
