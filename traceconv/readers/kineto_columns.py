@@ -25,7 +25,7 @@ from traceconv.readers.arrow_util import (
     raw_texts,
     spread,
 )
-from traceconv.readers.kineto_decode import Args, Decoded
+from traceconv.readers.kineto_decode import Decoded, GpuArgs, MemoryArgs
 from traceconv.readers.kineto_times import times_ns
 
 # category (lower-cased) -> kind. Legacy 2021 names are the capitalised ones.
@@ -189,7 +189,7 @@ def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: p
     idx = np.flatnonzero(gpu | annot)
     if len(idx) == 0:
         return
-    args = _arg_columns(decoded, idx)
+    args = _arg_columns(decoded, idx, GpuArgs)
     pos = positions(n, idx)
 
     def field(attr: str, typ: pa.DataType) -> pa.Array:
@@ -250,13 +250,13 @@ def _memory_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, n: i
     idx = np.flatnonzero(kinds == _KIND_CODE["memory"])
     if len(idx) == 0:
         return
-    args = _arg_columns(decoded, idx)
+    args = _arg_columns(decoded, idx, MemoryArgs)
     pos = positions(n, idx)
 
     def field(attr: str, typ: pa.DataType) -> pa.Array:
         return spread(numbers(args[attr], typ), pos)
 
-    cols["bytes"] = pc.coalesce(cols.get("bytes", pa.nulls(n, pa.int64())), field("bytes_upper", pa.int64()))
+    cols["bytes"] = pc.coalesce(cols.get("bytes", pa.nulls(n, pa.int64())), field("bytes", pa.int64()))
     cols["total_allocated_bytes"] = field("total_allocated", pa.int64())
     cols["total_reserved_bytes"] = field("total_reserved", pa.int64())
     device = field("device_id", pa.int32())
@@ -264,13 +264,14 @@ def _memory_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, n: i
     cols["device"] = pc.coalesce(cols.get("device", pa.nulls(n, pa.int32())), device)
 
 
-def _arg_columns(decoded: Decoded, idx: I64) -> dict[str, Sequence[Any]]:
-    """The typed arguments of the events at ``idx``, field by field (one transposition, no getattr loop)."""
-    rows = [astuple(a) if a is not None else _NO_ARGS for a in decoded.typed_args(idx.tolist())]
-    return dict(zip(Args.__struct_fields__, zip(*rows, strict=True), strict=True))
+def _arg_columns(decoded: Decoded, idx: I64, cls: type[GpuArgs] | type[MemoryArgs]) -> dict[str, Sequence[Any]]:
+    """The typed arguments of the events at ``idx`` (non-empty), field by field (one transposition, no getattr loop)."""
+    fields = cls.__struct_fields__
+    none = (None,) * len(fields)
+    rows = [astuple(a) if a is not None else none for a in decoded.typed_args(idx.tolist(), cls)]
+    return dict(zip(fields, zip(*rows, strict=True), strict=True))
 
 
-_NO_ARGS = (None,) * len(Args.__struct_fields__)
 _LIST = pa.list_(pa.int64())
 
 

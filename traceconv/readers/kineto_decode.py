@@ -53,12 +53,10 @@ class ExactEvent(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
-class Args(
+class GpuArgs(
     msgspec.Struct,
     gc=False,
     rename={
-        "external_id": "External id",
-        "external_id_legacy": "external id",
         "registers": "registers per thread",
         "shared_memory": "shared memory",
         "blocks_per_sm": "blocks per SM",
@@ -66,19 +64,12 @@ class Args(
         "occupancy": "est. achieved occupancy %",
         "theoretical_occupancy": "theoretical occupancy %",
         "bandwidth": "memory bandwidth (GB/s)",
-        "bytes_upper": "Bytes",
-        "total_allocated": "Total Allocated",
-        "total_reserved": "Total Reserved",
-        "device_id": "Device Id",
-        "device_type": "Device Type",
         "from_device": "fromDevice",
         "to_device": "toDevice",
-        "thread_name": "name",
     },
 ):
-    correlation: Num = None
-    external_id: Num = None
-    external_id_legacy: Num = None
+    """The arguments of kernels, copies and sets that have columns of their own."""
+
     device: Num = None
     stream: Num = None
     context: Num = None
@@ -91,18 +82,45 @@ class Args(
     occupancy: Union[float, int, str, None] = None
     theoretical_occupancy: Union[float, int, str, None] = None
     bytes: Num = None
-    bytes_upper: Num = None
     bandwidth: Union[float, int, str, None] = None
+    from_device: Num = None
+    to_device: Num = None
+
+
+class MemoryArgs(
+    msgspec.Struct,
+    gc=False,
+    rename={
+        "bytes": "Bytes",
+        "total_allocated": "Total Allocated",
+        "total_reserved": "Total Reserved",
+        "device_id": "Device Id",
+    },
+):
+    """The arguments of allocator events (``[memory]``) that have columns of their own.
+
+    A struct per kind of event: decoding fills only the fields that kind uses (a third of a
+    trace with memory events is memory events)."""
+
+    bytes: Num = None
     total_allocated: Num = None
     total_reserved: Num = None
     device_id: Num = None
-    device_type: Num = None
-    from_device: Num = None
-    to_device: Num = None
-    thread_name: Union[str, int, float, None] = None
 
 
-_ARG_KEYS: tuple[str, ...] = Args.__struct_encode_fields__
+class _ArgsDecoder:
+    """Decoders for one struct of arguments: many at once, one at a time, or coerced from JSON."""
+
+    def __init__(self, cls: type[GpuArgs] | type[MemoryArgs]) -> None:
+        self.cls = cls
+        self.many = msgspec.json.Decoder(list[Union[cls, None]])  # type: ignore[valid-type]
+        self.one = msgspec.json.Decoder(Union[cls, None])
+        self.keys: tuple[str, ...] = cls.__struct_encode_fields__
+
+
+_ARGS = {cls: _ArgsDecoder(cls) for cls in (GpuArgs, MemoryArgs)}
+
+
 _EVENTS = msgspec.json.Decoder(list[Event])
 _EXACT = msgspec.json.Decoder(list[ExactEvent])
 _ANY = msgspec.json.Decoder()
@@ -132,14 +150,15 @@ class Decoded:
     def __len__(self) -> int:
         return len(self.events)
 
-    def typed_args(self, idx: Sequence[int]) -> list[Args | None]:
-        """The arguments with columns of their own, decoded for the events at ``idx`` only."""
+    def typed_args(self, idx: Sequence[int], cls: type[GpuArgs] | type[MemoryArgs]) -> list[Any]:
+        """The arguments with columns of their own (a ``cls`` or None each), for the events at ``idx`` only."""
         events = self.events
         raws = [events[i].args or b"null" for i in idx]  # msgspec.Raw joins as it is, no copy
+        decoder = _ARGS[cls]
         try:
-            return _ARGS_LIST.decode(b"[" + b",".join(raws) + b"]")
+            return decoder.many.decode(b"[" + b",".join(raws) + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            return [_one_args(bytes(raw)) for raw in raws]
+            return [_one_args(bytes(raw), decoder) for raw in raws]
 
     @staticmethod
     def concat(parts: list[Decoded]) -> Decoded:
@@ -153,16 +172,12 @@ class Decoded:
         return Decoded(events, exact)
 
 
-_ARGS_LIST = msgspec.json.Decoder(list[Union[Args, None]])
-_ARGS_ONE = msgspec.json.Decoder(Union[Args, None])
-
-
-def _one_args(raw: bytes) -> Args | None:
+def _one_args(raw: bytes, decoder: _ArgsDecoder) -> Any:
     try:
-        return _ARGS_ONE.decode(raw)
+        return decoder.one.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         try:
-            return _coerce_args(json.loads(raw))
+            return _coerce_args(json.loads(raw), decoder)
         except (ValueError, RecursionError):
             return None
 
@@ -238,22 +253,23 @@ def exact_number(raw: bytes) -> Decimal | None:
         return value if isinstance(value, Decimal) else None
 
 
-def _coerce_args(value: Any) -> Args | None:
+def _coerce_args(value: Any, decoder: _ArgsDecoder) -> Any:
     if not isinstance(value, dict):
         return None
-    fields = {key: _scalar(value[key]) for key in _ARG_KEYS if key in value}
+    cls = decoder.cls
+    fields = {key: _scalar(value[key]) for key in decoder.keys if key in value}
     try:
-        return msgspec.convert(fields, Args, strict=False)
+        return msgspec.convert(fields, cls, strict=False)
     except msgspec.ValidationError:
         pass
     good = {}
     for key, v in fields.items():  # keep every field that fits; the rest stays in the args text
         try:
-            msgspec.convert({key: v}, Args, strict=False)
+            msgspec.convert({key: v}, cls, strict=False)
             good[key] = v
         except msgspec.ValidationError:
             continue
-    return msgspec.convert(good, Args, strict=False)
+    return msgspec.convert(good, cls, strict=False)
 
 
 def _scalar(v: Any) -> Any:
@@ -299,4 +315,4 @@ def _number(v: Any, exact: bool) -> Any:
     return float(v)
 
 
-__all__ = ["Args", "Decoded", "Event", "ExactEvent", "decode_events", "exact_number"]
+__all__ = ["Decoded", "Event", "ExactEvent", "GpuArgs", "MemoryArgs", "decode_events", "exact_number"]
