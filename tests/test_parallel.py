@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from traceconv import schema as S
+from traceconv.readers.chunker import EventChunks
 from traceconv.readers.pytorch import PytorchReader
 
 from .conftest import FIXTURES, corpus_files
@@ -49,6 +50,22 @@ def test_workers_give_the_single_process_result(path: Path, tmp_path: Path, monk
     assert parallel.info.counters == single.info.counters
     assert parallel.info.metadata == single.info.metadata
     assert not os.listdir(tmp_path)  # the workers' temporary files are gone
+
+
+def test_one_worker_and_this_process_share_the_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default on two cores: one worker, and the main process converts chunks while the
+    worker's queue is full. Chunks done on either side come together as one process's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+    one, single = _read(path, workers=0)
+    two, parallel = _read(path, workers=1)
+    assert parallel.workers_used == 1
+    chunks = len(list(EventChunks(path, lambda chunk: [chunk], None, SMALL)))
+    assert 0 < parallel.chunks_here < chunks - 1  # both sides converted some (the worker at least two)
+    _assert_same(one, two)
+    assert parallel.info.notes == single.info.notes
+    assert parallel.info.counters == single.info.counters
+    assert not os.listdir(tmp_path)
 
 
 def _with_damage(tmp_path: Path, old: bytes, new: bytes) -> Path:

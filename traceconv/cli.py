@@ -161,8 +161,8 @@ def _terminated(signum: int, frame: object) -> None:
     "--workers",
     type=click.IntRange(min=0),
     default=None,
-    help="Processes that parse a large trace alongside this one (default: one per core, up to 4; "
-    "0: parse in this process only, which uses the least memory).",
+    help="Processes that parse a large trace alongside this one, which parses too while they are "
+    "busy (default: one per core but one, up to 4; 0: parse in this process only).",
 )
 @handle_errors
 def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers: int | None) -> None:

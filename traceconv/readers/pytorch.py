@@ -114,6 +114,7 @@ class PytorchReader:
         self._unpadded: bool | None = None
         self._events = 0
         self.workers_used = 0  # worker processes that did pass 1 (0: this process did)
+        self.chunks_here = 0  # with workers: the chunks this process converted while they were busy
         self._decode_strict = StrictDecoder()
 
     def _detect_unpadded(self, chunk: bytes) -> bool:
@@ -189,7 +190,7 @@ class PytorchReader:
         the strict path and its repairs (a cut inside a string, damage, errors): :meth:`_pass1`
         then converts the trace, with the exact error where there is one."""
         index, spill, op_spill = LinkIndex(), Spill(), Spill()
-        files = [spill.adopt(SegmentFile()) for _ in range(workers)]
+        files = [spill.adopt(SegmentFile()) for _ in range(workers + 1)]  # the workers', then this process's
         repairs: Counter[str] = Counter()
         notes = list(self.info.notes)
 
@@ -208,7 +209,7 @@ class PytorchReader:
             return _Pending()
 
         try:
-            with ChunkPool([f.path for f in files], StrictDecoder()) as pool, _no_gc():
+            with ChunkPool([f.path for f in files[:-1]], StrictDecoder(), local=files[-1]) as pool, _no_gc():
                 chunks = EventChunks(self.path, dispatch, progress, self._chunk_size, salvage=False)
                 for _ in chunks:
                     pass
@@ -224,6 +225,7 @@ class PytorchReader:
             raise
         self._record_damage(chunks.damage, repairs)  # the chunker's own repairs and the workers'
         self.workers_used = workers
+        self.chunks_here = pool.converted_here
         return index, spill, op_spill, chunks.document.top
 
     def _add(self, table: pa.Table, index: LinkIndex, spill: Spill, op_spill: Spill) -> None:
