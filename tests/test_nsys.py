@@ -33,6 +33,7 @@ FIXTURES = ROOT / "fixtures" / "nsys"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
 STATS = FIXTURES / "nsys-stats"
 FIXED = FIXTURES / "fixed.sqlite"
+OVERHEAD = "PROFILER_OVERHEAD"
 PUBLIC = CORPUS / "public"
 EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
@@ -97,11 +98,12 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "sync": _count(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
             "nvtx": _count(db, "NVTX_EVENTS", "WHERE eventType IN (59, 60)"),
             "marker": _count(db, "NVTX_EVENTS", "WHERE eventType = 34"),
+            "overhead": _count(db, "PROFILER_OVERHEAD"),
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
             + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
             + _count(db, "OSRT_API"),
         }
-        for name in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API"):
+        for name in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API", OVERHEAD):
             assert categories.get(name, 0) == _count(db, name), name
         session = _count(db, "TARGET_INFO_SESSION_START_TIME")
         first = (
@@ -342,6 +344,44 @@ def test_whole_graph_launches_are_linked_to_cuda_graph_launch() -> None:
     assert {r["launch_name"] for r in graphs} == {"cudaGraphLaunch"} and all(r["graph_id"] for r in graphs)
 
 
+# -- the profiler's own tables ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "path",
+    [
+        FIXED,  # 2025.3: returnValue
+        PUBLIC / "GindaChen__nsys-ai__mfu_2gpu_before.sqlite",  # 2026.2: overheadType instead
+        PUBLIC / "lockfuehrer__beast_ressoruces__report2.sqlite",  # before 2022.2: correlationId too
+    ],
+    ids=lambda p: p.name[:30],
+)
+def test_profiler_overhead_rows_equal_the_export(path: Path) -> None:
+    if not path.exists():
+        pytest.skip("corpus not present")
+    with _db(path) as db:
+        want = db.execute(
+            f"SELECT p.start, p.end, (p.globalTid >> 24) & 16777215, p.globalTid & 16777215, s.value "
+            f"FROM {OVERHEAD} p LEFT JOIN StringIds s ON s.id = p.nameId"
+        ).fetchall()
+        extra = {r[1] for r in db.execute(f"PRAGMA table_info({OVERHEAD})")} - {"start", "end", "globalTid", "nameId"}
+        session = _count(db, "TARGET_INFO_SESSION_START_TIME")
+        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] if session else 0
+    rows = _rows(traceconv.read(path), kind="overhead")
+    got = [(r["start_ns"] - epoch, r["end_ns"] - epoch, r["pid"], r["tid"], r["name"]) for r in rows]
+    assert len(want) > 0 and sorted(got) == sorted(want)
+    assert {(r["category"], r["phase"]) for r in rows} == {(OVERHEAD, "X")}
+    assert all(r["dur_ns"] == r["end_ns"] - r["start_ns"] >= 0 for r in rows)
+    assert {frozenset(json.loads(r["args"])) for r in rows} == {frozenset(extra)}
+    assert all(r["correlation_id"] is None and r["return_value"] is None for r in rows)
+
+
+def test_profiler_overhead_is_on_the_threads_of_the_process(fixed: pa.Table) -> None:
+    rows = _rows(fixed, kind="overhead")
+    assert len(rows) == 30 and {r["process_name"] for r in rows} == {"python3"}
+    assert {r["thread_name"] for r in rows} >= {"python3", "CUPTI worker thread"}
+    assert Counter(r["name"] for r in rows)["CUPTI Buffer flush"] == 4
+    assert all(r["op_event_id"] is None and r["launch_event_id"] is None for r in rows)
+
+
 # -- metadata, names, odd exports ------------------------------------------------------------------
 def test_metadata_version_gpus_and_names(fixed: pa.Table) -> None:
     trace = _meta(fixed, b"traceconv.trace")
@@ -406,6 +446,6 @@ def test_a_damaged_export_names_the_file_and_table(tmp_path: Path) -> None:
 def test_progress_reaches_the_file_size() -> None:
     seen: list[tuple[int, int]] = []
     reader = traceconv.readers.open_reader(FIXED, progress=lambda done, total: seen.append((done, total)))
-    assert sum(t.num_rows for t in reader.tables()) == 8122
+    assert sum(t.num_rows for t in reader.tables()) == 8122 + 30  # + PROFILER_OVERHEAD
     size = FIXED.stat().st_size
     assert seen[-1] == (size, size) and [d for d, _ in seen] == sorted(d for d, _ in seen)

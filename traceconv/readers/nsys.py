@@ -1,8 +1,8 @@
 """Nsight Systems SQLite export (2020.3 to 2026.2) -> unified tables, one per source table.
 
 Converted: CUDA kernels, memcpy, memset, synchronisation, whole-graph executions, CUDA
-runtime/driver calls, OS runtime calls and NVTX events. Every table and column is optional.
-GPU rows are linked to their launching API call and everything CPU-side to the innermost
+runtime/driver calls, OS runtime calls, NVTX events and the profiler's own overhead. Every
+table and column is optional. GPU rows are linked to their launching API call and everything CPU-side to the innermost
 NVTX push/pop range (nsys_links). Times become Unix-epoch nanoseconds when the export has
 its session start. Nothing from the profiled environment is copied unless asked for
 (``include_environment=True``, see nsys_privacy).
@@ -35,6 +35,7 @@ from traceconv.readers.nsys_tables import (
     MEMCPY,
     MEMSET,
     OSRT,
+    OVERHEAD,
     RUNTIME,
     SYNC,
     apis,
@@ -42,6 +43,7 @@ from traceconv.readers.nsys_tables import (
     kernels,
     memcpys,
     memsets,
+    overheads,
     sync_types,
     syncs,
 )
@@ -113,6 +115,7 @@ class NsysReader:
             (SYNC, lambda: syncs(db, enums)),
             (GRAPH, lambda: graphs(db)),
             (OSRT, lambda: apis(db, strings, OSRT)),
+            (OVERHEAD, lambda: overheads(db, strings)),
         ]
         if not any(db.has(t) for t in CUDA_TABLES):
             self.info.notes.append(
