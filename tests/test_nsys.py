@@ -34,6 +34,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
 STATS = FIXTURES / "nsys-stats"
 FIXED = FIXTURES / "fixed.sqlite"
 OVERHEAD = "PROFILER_OVERHEAD"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 PUBLIC = CORPUS / "public"
 EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
@@ -101,9 +102,17 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "overhead": _count(db, "PROFILER_OVERHEAD"),
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
             + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
-            + _count(db, "OSRT_API"),
+            + _count(db, "OSRT_API")
+            + _count(db, CUDA_EVENT),
         }
-        for name in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API", OVERHEAD):
+        for name in (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "NVTX_EVENTS",
+            "OSRT_API",
+            OVERHEAD,
+            CUDA_EVENT,
+        ):
             assert categories.get(name, 0) == _count(db, name), name
         session = _count(db, "TARGET_INFO_SESSION_START_TIME")
         first = (
@@ -382,6 +391,43 @@ def test_profiler_overhead_is_on_the_threads_of_the_process(fixed: pa.Table) -> 
     assert all(r["op_event_id"] is None and r["launch_event_id"] is None for r in rows)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [FIXED, PUBLIC / "caoye310__Lower-Triangular-Solves__2c4e430__report1.sqlite"],  # 2025.3; 2023.3 (fewer columns)
+    ids=lambda p: p.name[:30],
+)
+def test_cuda_event_records_are_linked_to_their_call_and_have_no_time(path: Path) -> None:
+    if not path.exists():
+        pytest.skip("corpus not present")
+    with _db(path) as db:
+        want = db.execute(
+            f"SELECT e.deviceId, e.contextId, e.streamId, e.correlationId, (e.globalPid >> 24) & 16777215, "
+            f"r.start, r.end, r.globalTid & 16777215, s.value FROM {CUDA_EVENT} e "
+            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = e.correlationId "
+            "AND e.globalPid = (r.globalTid & -16777216) JOIN StringIds s ON s.id = r.nameId"
+        ).fetchall()
+        mapped = {"deviceId", "contextId", "streamId", "correlationId", "globalPid"}
+        extra = {r[1] for r in db.execute(f"PRAGMA table_info({CUDA_EVENT})")} - mapped
+        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    rows = _rows(traceconv.read(path), category=CUDA_EVENT)
+    gpu = ("device", "context", "stream", "correlation_id", "pid")
+    got = [
+        (
+            *(r[c] for c in gpu),
+            r["launch_start_ns"] - epoch,
+            r["launch_end_ns"] - epoch,
+            r["launch_tid"],
+            r["launch_name"],
+        )
+        for r in rows
+    ]
+    assert len(want) > 0 and sorted(got) == sorted((*w[:8], _api(w[8])) for w in want)
+    assert {r["launch_name"] for r in rows} <= {"cudaEventRecord", "cudaEventRecordWithFlags"}
+    assert {(r["kind"], r["phase"], r["name"]) for r in rows} == {("other", "i", "CUDA event record")}
+    assert all(r["start_ns"] is None and r["end_ns"] is None and r["queue_ns"] is None for r in rows)
+    assert {frozenset(json.loads(r["args"])) for r in rows} == {frozenset(extra)} and "eventId" in extra
+
+
 # -- metadata, names, odd exports ------------------------------------------------------------------
 def test_metadata_version_gpus_and_names(fixed: pa.Table) -> None:
     trace = _meta(fixed, b"traceconv.trace")
@@ -446,6 +492,6 @@ def test_a_damaged_export_names_the_file_and_table(tmp_path: Path) -> None:
 def test_progress_reaches_the_file_size() -> None:
     seen: list[tuple[int, int]] = []
     reader = traceconv.readers.open_reader(FIXED, progress=lambda done, total: seen.append((done, total)))
-    assert sum(t.num_rows for t in reader.tables()) == 8122 + 30  # + PROFILER_OVERHEAD
+    assert sum(t.num_rows for t in reader.tables()) == 8122 + 30 + 1  # + PROFILER_OVERHEAD, CUDA_EVENT
     size = FIXED.stat().st_size
     assert seen[-1] == (size, size) and [d for d, _ in seen] == sorted(d for d, _ in seen)

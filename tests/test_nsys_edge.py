@@ -2,8 +2,9 @@
 
 The corpus's NVTX events are all push/pop ranges (59) and domain creations (75); start/end
 ranges (60) that end on another thread or never, marks (34), named domains with push/pop
-ranges, interned text (textId) and batched copies (copyCount > 1) are added here by hand,
-in the columns and codes that Nsight Systems uses for them.
+ranges, interned text (textId), batched copies (copyCount > 1) and a CUDA event record's time
+(2026.2's `timestamp`) are added here by hand, in the columns and codes that Nsight Systems
+uses for them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import traceconv
 FIXED = Path(__file__).resolve().parents[1] / "fixtures" / "nsys" / "fixed.sqlite"
 MAIN = 281485059818073  # globalTid of fixed.sqlite's main thread (pid 601, tid 601)
 OTHER = 281485059818126  # its pt_autograd_0 thread (tid 654)
+EVENT_AT = 9_318_600_000  # after its cudaEventRecordWithFlags call (9,318,513,855 to 9,318,527,925)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,9 @@ def edited(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
             rows,
         )
         db.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyCount = 4 WHERE rowid = 1")
+        # 2026.2's CUDA event records carry a `timestamp` (the corpus's 2026.2 export has none recorded)
+        db.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT ADD COLUMN timestamp INTEGER")
+        db.execute(f"UPDATE CUPTI_ACTIVITY_KIND_CUDA_EVENT SET timestamp = {EVENT_AT}")
     return traceconv.read(path)
 
 
@@ -90,3 +95,12 @@ def test_a_push_pop_range_of_any_domain_is_an_op(edited: pa.Table) -> None:
 def test_batched_copies_are_noted(edited: pa.Table) -> None:
     notes = json.loads(edited.schema.metadata[b"traceconv.stats"])["notes"]
     assert any(n.startswith("1 memcpy rows stand for several copies") for n in notes)
+
+
+def test_a_cuda_event_record_with_a_timestamp_is_an_instant_after_its_call(edited: pa.Table) -> None:
+    row = _one(edited, "CUDA event record")
+    epoch = json.loads(edited.schema.metadata[b"traceconv.trace"])["session_start_ns"]
+    at = epoch + EVENT_AT
+    assert (row["kind"], row["phase"], row["start_ns"], row["end_ns"], row["dur_ns"]) == ("other", "i", at, at, 0)
+    assert row["launch_start_ns"] == epoch + 9_318_513_855 and row["queue_ns"] == EVENT_AT - 9_318_527_925
+    assert "timestamp" not in json.loads(row["args"])

@@ -1,11 +1,12 @@
 """Nsight Systems SQLite export (2020.3 to 2026.2) -> unified tables, one per source table.
 
 Converted: CUDA kernels, memcpy, memset, synchronisation, whole-graph executions, CUDA
-runtime/driver calls, OS runtime calls, NVTX events and the profiler's own overhead. Every
-table and column is optional. GPU rows are linked to their launching API call and everything CPU-side to the innermost
-NVTX push/pop range (nsys_links). Times become Unix-epoch nanoseconds when the export has
-its session start. Nothing from the profiled environment is copied unless asked for
-(``include_environment=True``, see nsys_privacy).
+event records, CUDA runtime/driver calls, OS runtime calls, NVTX events and the profiler's
+own overhead. Every table and column is optional. GPU rows are linked to their launching
+API call and everything CPU-side to the innermost NVTX push/pop range (nsys_links). Times
+become Unix-epoch nanoseconds when the export has its session start. Nothing from the
+profiled environment is copied unless asked for (``include_environment=True``, see
+nsys_privacy).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from traceconv.readers.nsys_parts import NO_TIME, Col, Part, Strings, constant
 from traceconv.readers.nsys_privacy import environment
 from traceconv.readers.nsys_sql import Database
 from traceconv.readers.nsys_tables import (
+    CUDA_EVENT,
     GRAPH,
     KERNEL,
     MEMCPY,
@@ -39,6 +41,7 @@ from traceconv.readers.nsys_tables import (
     RUNTIME,
     SYNC,
     apis,
+    cuda_events,
     graphs,
     kernels,
     memcpys,
@@ -48,7 +51,7 @@ from traceconv.readers.nsys_tables import (
     syncs,
 )
 
-GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH)  # rows with a correlation id to a launching call
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH, CUDA_EVENT)  # rows with a correlation id to a launching call
 GPU_ROWS = (KERNEL, MEMCPY, MEMSET)  # the schema's GPU kinds
 WORKERS = 2  # tables read at once: SQLite, Arrow and numpy release the GIL
 CUDA_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, GRAPH)
@@ -116,6 +119,7 @@ class NsysReader:
             (GRAPH, lambda: graphs(db)),
             (OSRT, lambda: apis(db, strings, OSRT)),
             (OVERHEAD, lambda: overheads(db, strings)),
+            (CUDA_EVENT, lambda: cuda_events(db)),
         ]
         if not any(db.has(t) for t in CUDA_TABLES):
             self.info.notes.append(

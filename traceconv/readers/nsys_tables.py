@@ -43,6 +43,7 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 OSRT = "OSRT_API"
 OVERHEAD = "PROFILER_OVERHEAD"
 SKIPPED = frozenset({"callchainId", "gridId"})  # ids of tables not converted; a per-launch counter
@@ -245,6 +246,24 @@ def graphs(db: Database) -> Part:
     t = _read(db, GRAPH, frozenset())
     part = _gpu(t, GRAPH, "other", frozenset())
     part.cols["name"] = constant(t.num_rows, "CUDA graph")
+    return part
+
+
+def cuda_events(db: Database) -> Part:
+    """CUDA event records on a stream (``cudaEventRecord``): kind ``other``, linked to the recording
+    call like kernels. Before 2026.2 the table has no time at all: start_ns and end_ns stay null
+    rather than borrow the call's time, as the record happens when the stream reaches it (the
+    call's times are in launch_*). From 2026.2, ``timestamp`` makes it an instant."""
+    used = frozenset({"timestamp"})
+    t = _read(db, CUDA_EVENT, used)
+    part = _gpu(t, CUDA_EVENT, "other", used)
+    n = t.num_rows
+    part.cols["name"] = constant(n, "CUDA event record")
+    if "start" not in t.column_names:
+        part.start = times(t, "timestamp")
+        part.end = part.start.copy()
+    if "end" not in t.column_names:
+        part.cols["phase"] = constant(n, "i")
     return part
 
 
