@@ -35,6 +35,7 @@ STATS = FIXTURES / "nsys-stats"
 FIXED = FIXTURES / "fixed.sqlite"
 OVERHEAD = "PROFILER_OVERHEAD"
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+DIAGNOSTIC = "DIAGNOSTIC_EVENT"
 PUBLIC = CORPUS / "public"
 EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
@@ -103,7 +104,8 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
             + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
             + _count(db, "OSRT_API")
-            + _count(db, CUDA_EVENT),
+            + _count(db, CUDA_EVENT)
+            + _count(db, DIAGNOSTIC),
         }
         for name in (
             "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -428,6 +430,46 @@ def test_cuda_event_records_are_linked_to_their_call_and_have_no_time(path: Path
     assert {frozenset(json.loads(r["args"])) for r in rows} == {frozenset(extra)} and "eventId" in extra
 
 
+@pytest.mark.parametrize(
+    "path",
+    [FIXED, PUBLIC / "Sh1mwww__llama3-inference__real_inference_simulation.sqlite"],  # 2025.3; 2024.6
+    ids=lambda p: p.name[:30],
+)
+def test_diagnostic_messages_are_instants_with_their_labels(path: Path) -> None:
+    if not path.exists():
+        pytest.skip("corpus not present")
+    with _db(path) as db:
+        want = db.execute(
+            "SELECT d.timestamp, iif(d.timestampType = 2, NULL, d.timestamp), d.text, "
+            "iif(d.globalPid < 0, NULL, (d.globalPid >> 24) & 16777215), v.label, s.label, c.label "
+            f"FROM {DIAGNOSTIC} d "
+            "JOIN ENUM_DIAGNOSTIC_SEVERITY_LEVEL v ON v.id = d.severity "
+            "JOIN ENUM_DIAGNOSTIC_SOURCE_TYPE s ON s.id = d.source "
+            "JOIN ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE c ON c.id = d.timestampType"
+        ).fetchall()
+        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    rows = _rows(traceconv.read(path), category=DIAGNOSTIC)
+    got = []
+    for r in rows:
+        a = json.loads(r["args"])
+        at = r["start_ns"] - epoch if r["start_ns"] is not None else None
+        got.append((a["timestamp"], at, r["name"], r["pid"], a["severity"], a["source"], a["timestampType"]))
+    assert len(want) > 0 and sorted(got, key=str) == sorted(want, key=str)
+    assert {(r["kind"], r["phase"], r["tid"]) for r in rows} == {("other", "i", None)}
+    assert all(r["end_ns"] == r["start_ns"] and r["dur_ns"] == (0 if r["start_ns"] else None) for r in rows)
+    assert {"Profiling has started.", "Profiling has stopped."} <= {r["name"] for r in rows if r["pid"] is None}
+    assert any(r["start_ns"] is None for r in rows)  # host-clock messages: not on the session's timeline
+
+
+def test_the_note_lists_only_tables_still_not_converted(tmp_path: Path) -> None:
+    notes = _meta(traceconv.read(FIXED), b"traceconv.stats")["notes"]
+    assert not [n for n in notes if "not converted" in n]
+    result = CliRunner().invoke(main, ["nsys", str(FIXTURES / "graph_whole.sqlite"), "-o", str(tmp_path / "g.parquet")])
+    assert result.exit_code == 0, result.output
+    assert "note: not converted (no place in the unified schema yet): CUDA_GRAPH_EVENTS (4 rows)\n" in result.output
+    assert not {OVERHEAD, CUDA_EVENT, DIAGNOSTIC} & set(re.findall(r"[A-Z_]{6,}", result.output))
+
+
 # -- metadata, names, odd exports ------------------------------------------------------------------
 def test_metadata_version_gpus_and_names(fixed: pa.Table) -> None:
     trace = _meta(fixed, b"traceconv.trace")
@@ -492,6 +534,8 @@ def test_a_damaged_export_names_the_file_and_table(tmp_path: Path) -> None:
 def test_progress_reaches_the_file_size() -> None:
     seen: list[tuple[int, int]] = []
     reader = traceconv.readers.open_reader(FIXED, progress=lambda done, total: seen.append((done, total)))
-    assert sum(t.num_rows for t in reader.tables()) == 8122 + 30 + 1  # + PROFILER_OVERHEAD, CUDA_EVENT
+    assert (
+        sum(t.num_rows for t in reader.tables()) == 8122 + 30 + 1 + 12
+    )  # + PROFILER_OVERHEAD, CUDA_EVENT, DIAGNOSTIC_EVENT
     size = FIXED.stat().st_size
     assert seen[-1] == (size, size) and [d for d, _ in seen] == sorted(d for d, _ in seen)

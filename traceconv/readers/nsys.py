@@ -1,8 +1,8 @@
 """Nsight Systems SQLite export (2020.3 to 2026.2) -> unified tables, one per source table.
 
 Converted: CUDA kernels, memcpy, memset, synchronisation, whole-graph executions, CUDA
-event records, CUDA runtime/driver calls, OS runtime calls, NVTX events and the profiler's
-own overhead. Every table and column is optional. GPU rows are linked to their launching
+event records, CUDA runtime/driver calls, OS runtime calls, NVTX events, and the profiler's
+own overhead and diagnostic messages. Every table and column is optional. GPU rows are linked to their launching
 API call and everything CPU-side to the innermost NVTX push/pop range (nsys_links). Times
 become Unix-epoch nanoseconds when the export has its session start. Nothing from the
 profiled environment is copied unless asked for (``include_environment=True``, see
@@ -23,6 +23,7 @@ import pyarrow as pa
 from traceconv import schema as S
 from traceconv.errors import InputError
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
+from traceconv.readers.nsys_diagnostics import DIAGNOSTIC, diagnostics
 from traceconv.readers.nsys_enums import Enums
 from traceconv.readers.nsys_links import Launches, Ranges, launch_columns, launch_index, launch_threads
 from traceconv.readers.nsys_meta import Names, check_export, export_version, gpus, session_start_ns, unconverted
@@ -120,6 +121,7 @@ class NsysReader:
             (OSRT, lambda: apis(db, strings, OSRT)),
             (OVERHEAD, lambda: overheads(db, strings)),
             (CUDA_EVENT, lambda: cuda_events(db)),
+            (DIAGNOSTIC, lambda: diagnostics(db, enums)),
         ]
         if not any(db.has(t) for t in CUDA_TABLES):
             self.info.notes.append(
