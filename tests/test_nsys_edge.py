@@ -3,8 +3,8 @@
 The corpus's NVTX events are all push/pop ranges (59) and domain creations (75); start/end
 ranges (60) that end on another thread or never, marks (34), named domains with push/pop
 ranges, interned text (textId), batched copies (copyCount > 1), a CUDA event record's time
-(2026.2's `timestamp`) and diagnostic messages without their ENUM tables are made here by
-hand, in the columns and codes that Nsight Systems uses for them.
+(2026.2's `timestamp`) and diagnostic messages without their ENUM tables or with invalid
+UTF-8 are made here by hand, in the columns and codes that Nsight Systems uses for them.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def edited(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
         for table in ("SEVERITY_LEVEL", "SOURCE_TYPE", "TIMESTAMP_SOURCE"):
             db.execute(f"DROP TABLE ENUM_DIAGNOSTIC_{table}")
         db.execute("UPDATE DIAGNOSTIC_EVENT SET severity = 9 WHERE text = 'Profiling has stopped.'")
+        db.execute("UPDATE DIAGNOSTIC_EVENT SET text = CAST(X'436f6d6d6f6e20ff' AS TEXT) WHERE text LIKE 'Common%'")
     return traceconv.read(path)
 
 
@@ -118,6 +119,11 @@ def test_diagnostic_labels_without_enum_tables_are_the_embedded_ones(edited: pa.
     injected = json.loads(_one(edited, "CUDA injection initialized successfully.")["args"])
     assert (injected["source"], injected["severity"]) == ("Injection", "Info")
     assert json.loads(_one(edited, "Profiling has stopped.")["args"])["severity"] == "code 9"
+
+
+def test_a_diagnostic_message_of_invalid_utf8_is_kept_with_replacement_characters(edited: pa.Table) -> None:
+    row = _one(edited, "Common \ufffd")
+    assert (row["kind"], row["category"], row["pid"]) == ("other", "DIAGNOSTIC_EVENT", 601)
 
 
 def test_args_of_many_distinct_rows_quote_their_labels() -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.errors import InputError
 from traceconv.readers.arrow_util import I64
 from traceconv.readers.nsys_enums import Enums, labelled
 from traceconv.readers.nsys_parts import (
@@ -38,23 +39,23 @@ from traceconv.readers.nsys_sql import Database
 
 DIAGNOSTIC = "DIAGNOSTIC_EVENT"
 _USED = frozenset({"text", "globalPid", "severity", "source", "timestampType"})
+_NUMBERS = _USED - {"text"}  # the text is read apart (_messages)
 HOST_TIMESTAMP = 2  # ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE, the same in every version that has the table
 
 
 def diagnostics(db: Database, enums: Enums) -> Part:
     have = db.columns(DIAGNOSTIC)
-    # Text is read only for the message: args hold numbers and enum labels.
-    wanted = [c for c, typ in have.items() if c in _USED or (typ != "TEXT" and c not in STRING_ID_COLUMNS)]
+    # Other text is not read: args hold numbers and enum labels.
+    wanted = [c for c, typ in have.items() if c in _NUMBERS or (typ != "TEXT" and c not in STRING_ID_COLUMNS)]
     t = db.read(DIAGNOSTIC, wanted)
     n = t.num_rows
     g = ints(t, "globalPid")
     gpid = np.where(g >= 0, g, NONE)
-    text = column(t, "text")
     cols: dict[str, Col] = {
         "kind": constant(n, "other"),
         "category": constant(n, DIAGNOSTIC),
         "phase": constant(n, "i"),
-        "name": pc.dictionary_encode(text) if text is not None else pa.nulls(n, pa.string()),
+        "name": pc.dictionary_encode(_messages(db, n)) if "text" in have else pa.nulls(n, pa.string()),
         "pid": decode_pid(gpid),
     }
     args = json_args(t, leftover(t, _USED), _labels(t, enums))
@@ -68,3 +69,12 @@ def diagnostics(db: Database, enums: Enums) -> Part:
 def _labels(t: pa.Table, enums: Enums) -> dict[str, DictCol]:
     coded = {"severity": enums.severity, "source": enums.diagnostic_source, "timestampType": enums.timestamp_source}
     return {name: labelled(col, labels) for name, labels in coded.items() if (col := column(t, name)) is not None}
+
+
+def _messages(db: Database, n: int) -> Col:
+    """The texts, with invalid UTF-8 replaced (the connection's decoding), not refused: a damaged
+    message is no reason to lose the profile. A few dozen rows: read through Python."""
+    rows = db.rows(DIAGNOSTIC, f"SELECT text FROM [{DIAGNOSTIC}] ORDER BY rowid")
+    if len(rows) != n:
+        raise InputError(db.path, f"table {DIAGNOSTIC} changed while it was read", "convert a copy of it")
+    return pa.array([v if isinstance(v, str) or v is None else str(v) for (v,) in rows], pa.string())
