@@ -25,6 +25,7 @@ KIND_OF_CATEGORY = {
     "python_function": "python",
     "cuda_sync": "sync",
     "cpu_instant_event": "marker",
+    "overhead": "overhead",
 }
 
 

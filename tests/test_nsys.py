@@ -33,6 +33,9 @@ FIXTURES = ROOT / "fixtures" / "nsys"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
 STATS = FIXTURES / "nsys-stats"
 FIXED = FIXTURES / "fixed.sqlite"
+OVERHEAD = "PROFILER_OVERHEAD"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+DIAGNOSTIC = "DIAGNOSTIC_EVENT"
 PUBLIC = CORPUS / "public"
 EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
@@ -97,11 +100,21 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "sync": _count(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
             "nvtx": _count(db, "NVTX_EVENTS", "WHERE eventType IN (59, 60)"),
             "marker": _count(db, "NVTX_EVENTS", "WHERE eventType = 34"),
+            "overhead": _count(db, "PROFILER_OVERHEAD"),
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
             + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
-            + _count(db, "OSRT_API"),
+            + _count(db, "OSRT_API")
+            + _count(db, CUDA_EVENT)
+            + _count(db, DIAGNOSTIC),
         }
-        for name in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API"):
+        for name in (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "NVTX_EVENTS",
+            "OSRT_API",
+            OVERHEAD,
+            CUDA_EVENT,
+        ):
             assert categories.get(name, 0) == _count(db, name), name
         session = _count(db, "TARGET_INFO_SESSION_START_TIME")
         first = (
@@ -342,6 +355,121 @@ def test_whole_graph_launches_are_linked_to_cuda_graph_launch() -> None:
     assert {r["launch_name"] for r in graphs} == {"cudaGraphLaunch"} and all(r["graph_id"] for r in graphs)
 
 
+# -- the profiler's own tables ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "path",
+    [
+        FIXED,  # 2025.3: returnValue
+        PUBLIC / "GindaChen__nsys-ai__mfu_2gpu_before.sqlite",  # 2026.2: overheadType instead
+        PUBLIC / "lockfuehrer__beast_ressoruces__report2.sqlite",  # before 2022.2: correlationId too
+    ],
+    ids=lambda p: p.name[:30],
+)
+def test_profiler_overhead_rows_equal_the_export(path: Path) -> None:
+    if not path.exists():
+        pytest.skip("corpus not present")
+    with _db(path) as db:
+        want = db.execute(
+            f"SELECT p.start, p.end, (p.globalTid >> 24) & 16777215, p.globalTid & 16777215, s.value "
+            f"FROM {OVERHEAD} p LEFT JOIN StringIds s ON s.id = p.nameId"
+        ).fetchall()
+        extra = {r[1] for r in db.execute(f"PRAGMA table_info({OVERHEAD})")} - {"start", "end", "globalTid", "nameId"}
+        session = _count(db, "TARGET_INFO_SESSION_START_TIME")
+        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] if session else 0
+    rows = _rows(traceconv.read(path), kind="overhead")
+    got = [(r["start_ns"] - epoch, r["end_ns"] - epoch, r["pid"], r["tid"], r["name"]) for r in rows]
+    assert len(want) > 0 and sorted(got) == sorted(want)
+    assert {(r["category"], r["phase"]) for r in rows} == {(OVERHEAD, "X")}
+    assert all(r["dur_ns"] == r["end_ns"] - r["start_ns"] >= 0 for r in rows)
+    assert {frozenset(json.loads(r["args"])) for r in rows} == {frozenset(extra)}
+    assert all(r["correlation_id"] is None and r["return_value"] is None for r in rows)
+
+
+def test_profiler_overhead_is_on_the_threads_of_the_process(fixed: pa.Table) -> None:
+    rows = _rows(fixed, kind="overhead")
+    assert len(rows) == 30 and {r["process_name"] for r in rows} == {"python3"}
+    assert {r["thread_name"] for r in rows} >= {"python3", "CUPTI worker thread"}
+    assert Counter(r["name"] for r in rows)["CUPTI Buffer flush"] == 4
+    assert all(r["op_event_id"] is None and r["launch_event_id"] is None for r in rows)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [FIXED, PUBLIC / "caoye310__Lower-Triangular-Solves__2c4e430__report1.sqlite"],  # 2025.3; 2023.3 (fewer columns)
+    ids=lambda p: p.name[:30],
+)
+def test_cuda_event_records_are_linked_to_their_call_and_have_no_time(path: Path) -> None:
+    if not path.exists():
+        pytest.skip("corpus not present")
+    with _db(path) as db:
+        want = db.execute(
+            f"SELECT e.deviceId, e.contextId, e.streamId, e.correlationId, (e.globalPid >> 24) & 16777215, "
+            f"r.start, r.end, r.globalTid & 16777215, s.value FROM {CUDA_EVENT} e "
+            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = e.correlationId "
+            "AND e.globalPid = (r.globalTid & -16777216) JOIN StringIds s ON s.id = r.nameId"
+        ).fetchall()
+        mapped = {"deviceId", "contextId", "streamId", "correlationId", "globalPid"}
+        extra = {r[1] for r in db.execute(f"PRAGMA table_info({CUDA_EVENT})")} - mapped
+        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    rows = _rows(traceconv.read(path), category=CUDA_EVENT)
+    gpu = ("device", "context", "stream", "correlation_id", "pid")
+    got = [
+        (
+            *(r[c] for c in gpu),
+            r["launch_start_ns"] - epoch,
+            r["launch_end_ns"] - epoch,
+            r["launch_tid"],
+            r["launch_name"],
+        )
+        for r in rows
+    ]
+    assert len(want) > 0 and sorted(got) == sorted((*w[:8], _api(w[8])) for w in want)
+    assert {r["launch_name"] for r in rows} <= {"cudaEventRecord", "cudaEventRecordWithFlags"}
+    assert {(r["kind"], r["phase"], r["name"]) for r in rows} == {("other", "i", "CUDA event record")}
+    assert all(r["start_ns"] is None and r["end_ns"] is None and r["queue_ns"] is None for r in rows)
+    assert {frozenset(json.loads(r["args"])) for r in rows} == {frozenset(extra)} and "eventId" in extra
+
+
+@pytest.mark.parametrize(
+    "path",
+    [FIXED, PUBLIC / "Sh1mwww__llama3-inference__real_inference_simulation.sqlite"],  # 2025.3; 2024.6
+    ids=lambda p: p.name[:30],
+)
+def test_diagnostic_messages_are_instants_with_their_labels(path: Path) -> None:
+    if not path.exists():
+        pytest.skip("corpus not present")
+    with _db(path) as db:
+        want = db.execute(
+            "SELECT d.timestamp, iif(d.timestampType = 2, NULL, d.timestamp), d.text, "
+            "iif(d.globalPid < 0, NULL, (d.globalPid >> 24) & 16777215), v.label, s.label, c.label "
+            f"FROM {DIAGNOSTIC} d "
+            "JOIN ENUM_DIAGNOSTIC_SEVERITY_LEVEL v ON v.id = d.severity "
+            "JOIN ENUM_DIAGNOSTIC_SOURCE_TYPE s ON s.id = d.source "
+            "JOIN ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE c ON c.id = d.timestampType"
+        ).fetchall()
+        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+    rows = _rows(traceconv.read(path), category=DIAGNOSTIC)
+    got = []
+    for r in rows:
+        a = json.loads(r["args"])
+        at = r["start_ns"] - epoch if r["start_ns"] is not None else None
+        got.append((a["timestamp"], at, r["name"], r["pid"], a["severity"], a["source"], a["timestampType"]))
+    assert len(want) > 0 and sorted(got, key=str) == sorted(want, key=str)
+    assert {(r["kind"], r["phase"], r["tid"]) for r in rows} == {("other", "i", None)}
+    assert all(r["end_ns"] == r["start_ns"] and r["dur_ns"] == (0 if r["start_ns"] else None) for r in rows)
+    assert {"Profiling has started.", "Profiling has stopped."} <= {r["name"] for r in rows if r["pid"] is None}
+    assert any(r["start_ns"] is None for r in rows)  # host-clock messages: not on the session's timeline
+
+
+def test_the_note_lists_only_tables_still_not_converted(tmp_path: Path) -> None:
+    notes = _meta(traceconv.read(FIXED), b"traceconv.stats")["notes"]
+    assert not [n for n in notes if "not converted" in n]
+    result = CliRunner().invoke(main, ["nsys", str(FIXTURES / "graph_whole.sqlite"), "-o", str(tmp_path / "g.parquet")])
+    assert result.exit_code == 0, result.output
+    assert "note: not converted (no place in the unified schema yet): CUDA_GRAPH_EVENTS (4 rows)\n" in result.output
+    assert not {OVERHEAD, CUDA_EVENT, DIAGNOSTIC} & set(re.findall(r"[A-Z_]{6,}", result.output))
+
+
 # -- metadata, names, odd exports ------------------------------------------------------------------
 def test_metadata_version_gpus_and_names(fixed: pa.Table) -> None:
     trace = _meta(fixed, b"traceconv.trace")
@@ -406,6 +534,8 @@ def test_a_damaged_export_names_the_file_and_table(tmp_path: Path) -> None:
 def test_progress_reaches_the_file_size() -> None:
     seen: list[tuple[int, int]] = []
     reader = traceconv.readers.open_reader(FIXED, progress=lambda done, total: seen.append((done, total)))
-    assert sum(t.num_rows for t in reader.tables()) == 8122
+    assert (
+        sum(t.num_rows for t in reader.tables()) == 8122 + 30 + 1 + 12
+    )  # + PROFILER_OVERHEAD, CUDA_EVENT, DIAGNOSTIC_EVENT
     size = FIXED.stat().st_size
     assert seen[-1] == (size, size) and [d for d, _ in seen] == sorted(d for d, _ in seen)

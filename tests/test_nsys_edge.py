@@ -2,8 +2,9 @@
 
 The corpus's NVTX events are all push/pop ranges (59) and domain creations (75); start/end
 ranges (60) that end on another thread or never, marks (34), named domains with push/pop
-ranges, interned text (textId) and batched copies (copyCount > 1) are added here by hand,
-in the columns and codes that Nsight Systems uses for them.
+ranges, interned text (textId), batched copies (copyCount > 1), a CUDA event record's time
+(2026.2's `timestamp`) and diagnostic messages without their ENUM tables or with invalid
+UTF-8 are made here by hand, in the columns and codes that Nsight Systems uses for them.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import pyarrow.compute as pc
 import pytest
 
 import traceconv
+from traceconv.readers.nsys_enums import SEVERITIES, labelled
+from traceconv.readers.nsys_parts import json_args
 
 FIXED = Path(__file__).resolve().parents[1] / "fixtures" / "nsys" / "fixed.sqlite"
 MAIN = 281485059818073  # globalTid of fixed.sqlite's main thread (pid 601, tid 601)
 OTHER = 281485059818126  # its pt_autograd_0 thread (tid 654)
+EVENT_AT = 9_318_600_000  # after its cudaEventRecordWithFlags call (9,318,513,855 to 9,318,527,925)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +48,14 @@ def edited(tmp_path_factory: pytest.TempPathFactory) -> pa.Table:
             rows,
         )
         db.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyCount = 4 WHERE rowid = 1")
+        # 2026.2's CUDA event records carry a `timestamp` (the corpus's 2026.2 export has none recorded)
+        db.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT ADD COLUMN timestamp INTEGER")
+        db.execute(f"UPDATE CUPTI_ACTIVITY_KIND_CUDA_EVENT SET timestamp = {EVENT_AT}")
+        # exports before 2022.4 have no ENUM_* tables (none of them has DIAGNOSTIC_EVENT yet either)
+        for table in ("SEVERITY_LEVEL", "SOURCE_TYPE", "TIMESTAMP_SOURCE"):
+            db.execute(f"DROP TABLE ENUM_DIAGNOSTIC_{table}")
+        db.execute("UPDATE DIAGNOSTIC_EVENT SET severity = 9 WHERE text = 'Profiling has stopped.'")
+        db.execute("UPDATE DIAGNOSTIC_EVENT SET text = CAST(X'436f6d6d6f6e20ff' AS TEXT) WHERE text LIKE 'Common%'")
     return traceconv.read(path)
 
 
@@ -90,3 +102,38 @@ def test_a_push_pop_range_of_any_domain_is_an_op(edited: pa.Table) -> None:
 def test_batched_copies_are_noted(edited: pa.Table) -> None:
     notes = json.loads(edited.schema.metadata[b"traceconv.stats"])["notes"]
     assert any(n.startswith("1 memcpy rows stand for several copies") for n in notes)
+
+
+def test_a_cuda_event_record_with_a_timestamp_is_an_instant_after_its_call(edited: pa.Table) -> None:
+    row = _one(edited, "CUDA event record")
+    epoch = json.loads(edited.schema.metadata[b"traceconv.trace"])["session_start_ns"]
+    at = epoch + EVENT_AT
+    assert (row["kind"], row["phase"], row["start_ns"], row["end_ns"], row["dur_ns"]) == ("other", "i", at, at, 0)
+    assert row["launch_start_ns"] == epoch + 9_318_513_855 and row["queue_ns"] == EVENT_AT - 9_318_527_925
+    assert "timestamp" not in json.loads(row["args"])
+
+
+def test_diagnostic_labels_without_enum_tables_are_the_embedded_ones(edited: pa.Table) -> None:
+    started = json.loads(_one(edited, "Profiling has started.")["args"])
+    assert started == {"severity": "Info", "source": "Analysis", "timestampType": "Target timestamp", "timestamp": 0}
+    injected = json.loads(_one(edited, "CUDA injection initialized successfully.")["args"])
+    assert (injected["source"], injected["severity"]) == ("Injection", "Info")
+    assert json.loads(_one(edited, "Profiling has stopped.")["args"])["severity"] == "code 9"
+
+
+def test_a_diagnostic_message_of_invalid_utf8_is_kept_with_replacement_characters(edited: pa.Table) -> None:
+    row = _one(edited, "Common \ufffd")
+    assert (row["kind"], row["category"], row["pid"]) == ("other", "DIAGNOSTIC_EVENT", 601)
+
+
+def test_args_of_many_distinct_rows_quote_their_labels() -> None:
+    """Hand-made: over 1,024 distinct rows take json_args' column-wise path, not the per-row one."""
+    t = pa.table({"timestamp": pa.array(range(3000), pa.int64()), "ratio": pa.array([0.5, float("inf"), None] * 1000)})
+    severity = labelled(pa.array([1, 2, 9] * 1000, pa.int64()), SEVERITIES)
+    args = json_args(t, ["timestamp", "ratio"], {"severity": severity})
+    assert args is not None and len(args) == 3000
+    assert [json.loads(a) for a in args.to_pylist()[:3]] == [
+        {"severity": "Info", "timestamp": 0, "ratio": 0.5},
+        {"severity": "Warning", "timestamp": 1, "ratio": None},
+        {"severity": "code 9", "timestamp": 2, "ratio": None},
+    ]

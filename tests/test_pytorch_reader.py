@@ -81,6 +81,15 @@ def test_legacy_trace_string_streams_and_categories() -> None:
     assert kernels["launch_name"].notna().all()
 
 
+def test_cupti_overhead_rows_are_kind_overhead() -> None:
+    """Kineto's `overhead` category (CUPTI's own work, pid -1) is the kind that nsys's PROFILER_OVERHEAD gets."""
+    table = traceconv.read(FIXTURES / "pytorch" / "seed_linear.json").to_pandas()
+    overhead = table[table["kind"] == "overhead"]
+    assert len(overhead) == 8 and overhead["category"].astype(str).eq("overhead").all()
+    assert set(overhead["name"].astype(str)) >= {"Activity Buffer Request", "Runtime Triggered Module Loading"}
+    assert overhead["pid"].eq(-1).all() and overhead["dur_ns"].gt(0).all()
+
+
 def test_integer_past_int64_survives_in_args() -> None:
     path = next(p for p in (FIXTURES / "pytorch").iterdir() if "large_integer" in p.name)
     table = traceconv.read(path)

@@ -21,7 +21,8 @@ META_STATS = b"traceconv.stats"  # JSON: counts per kind, notes, dropped figures
 
 DICT = pa.dictionary(pa.int32(), pa.string())
 
-# The values of the ``kind`` column.
+# The values of the ``kind`` column. A new kind adds a value, not a column: files of this
+# schema version stay readable both ways. Renaming or removing one needs a new SCHEMA_VERSION.
 KINDS = (
     "kernel",
     "memcpy",
@@ -33,6 +34,7 @@ KINDS = (
     "sync",
     "memory",
     "marker",
+    "overhead",
     "other",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset")

@@ -45,6 +45,7 @@ CATEGORY_KINDS = {
     "python_function": "python",
     "cuda_sync": "sync",
     "cpu_instant_event": "marker",
+    "overhead": "overhead",
 }
 API_CLASS = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
 GPU_SIDE = frozenset({"kernel", "memcpy", "memset"})

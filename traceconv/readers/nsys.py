@@ -1,11 +1,12 @@
 """Nsight Systems SQLite export (2020.3 to 2026.2) -> unified tables, one per source table.
 
 Converted: CUDA kernels, memcpy, memset, synchronisation, whole-graph executions, CUDA
-runtime/driver calls, OS runtime calls and NVTX events. Every table and column is optional.
-GPU rows are linked to their launching API call and everything CPU-side to the innermost
-NVTX push/pop range (nsys_links). Times become Unix-epoch nanoseconds when the export has
-its session start. Nothing from the profiled environment is copied unless asked for
-(``include_environment=True``, see nsys_privacy).
+event records, CUDA runtime/driver calls, OS runtime calls, NVTX events, and the profiler's
+own overhead and diagnostic messages. Every table and column is optional. GPU rows are linked to their launching
+API call and everything CPU-side to the innermost NVTX push/pop range (nsys_links). Times
+become Unix-epoch nanoseconds when the export has its session start. Nothing from the
+profiled environment is copied unless asked for (``include_environment=True``, see
+nsys_privacy).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow as pa
 from traceconv import schema as S
 from traceconv.errors import InputError
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
+from traceconv.readers.nsys_diagnostics import DIAGNOSTIC, diagnostics
 from traceconv.readers.nsys_enums import Enums
 from traceconv.readers.nsys_links import Launches, Ranges, launch_columns, launch_index, launch_threads
 from traceconv.readers.nsys_meta import Names, check_export, export_version, gpus, session_start_ns, unconverted
@@ -30,23 +32,27 @@ from traceconv.readers.nsys_parts import NO_TIME, Col, Part, Strings, constant
 from traceconv.readers.nsys_privacy import environment
 from traceconv.readers.nsys_sql import Database
 from traceconv.readers.nsys_tables import (
+    CUDA_EVENT,
     GRAPH,
     KERNEL,
     MEMCPY,
     MEMSET,
     OSRT,
+    OVERHEAD,
     RUNTIME,
     SYNC,
     apis,
+    cuda_events,
     graphs,
     kernels,
     memcpys,
     memsets,
+    overheads,
     sync_types,
     syncs,
 )
 
-GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH)  # rows with a correlation id to a launching call
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH, CUDA_EVENT)  # rows with a correlation id to a launching call
 GPU_ROWS = (KERNEL, MEMCPY, MEMSET)  # the schema's GPU kinds
 WORKERS = 2  # tables read at once: SQLite, Arrow and numpy release the GIL
 CUDA_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, GRAPH)
@@ -113,6 +119,9 @@ class NsysReader:
             (SYNC, lambda: syncs(db, enums)),
             (GRAPH, lambda: graphs(db)),
             (OSRT, lambda: apis(db, strings, OSRT)),
+            (OVERHEAD, lambda: overheads(db, strings)),
+            (CUDA_EVENT, lambda: cuda_events(db)),
+            (DIAGNOSTIC, lambda: diagnostics(db, enums)),
         ]
         if not any(db.has(t) for t in CUDA_TABLES):
             self.info.notes.append(

@@ -53,6 +53,11 @@ SYNC_NAMES = {
     "context": "Context Sync",
 }
 
+# Nsight Systems' own diagnostic messages (2024.6+): the labels of its ENUM_DIAGNOSTIC_* tables.
+SEVERITIES = {0: "Unknown", 1: "Info", 2: "Warning", 3: "Error", 4: "Verbose"}
+DIAGNOSTIC_SOURCES = {0: "Unknown source", 1: "Injection", 2: "Daemon", 3: "Analysis"}
+TIMESTAMP_SOURCES = {0: "Unknown timestamp", 1: "Target timestamp", 2: "Host timestamp"}
+
 _DIRECTION = re.compile(r"^(UVM_)?([A-Z])TO([A-Z])$")
 
 
@@ -77,6 +82,11 @@ def _sync_label(name: str) -> str | None:
     return suffix.removesuffix("_SYNCHRONIZE").lower() if suffix != name else None
 
 
+def _as_labelled(name: str) -> str | None:
+    """No rule: the table's own label (``Warning``, ``Host timestamp``) is the label."""
+    return None
+
+
 class Enums:
     """Code -> label maps for one export."""
 
@@ -84,6 +94,9 @@ class Enums:
         self.copy = _load(db, "ENUM_CUDA_MEMCPY_OPER", COPY_KINDS, _copy_label)
         self.memory = _load(db, "ENUM_CUDA_MEM_KIND", MEMORY_KINDS, _memory_label)
         self.sync = _load(db, "ENUM_CUPTI_SYNC_TYPE", SYNC_TYPES, _sync_label)
+        self.severity = _load(db, "ENUM_DIAGNOSTIC_SEVERITY_LEVEL", SEVERITIES, _as_labelled)
+        self.diagnostic_source = _load(db, "ENUM_DIAGNOSTIC_SOURCE_TYPE", DIAGNOSTIC_SOURCES, _as_labelled)
+        self.timestamp_source = _load(db, "ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE", TIMESTAMP_SOURCES, _as_labelled)
 
 
 def _load(db: Database, table: str, embedded: dict[int, str], rule: Callable[[str], str | None]) -> dict[int, str]:

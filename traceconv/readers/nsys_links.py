@@ -109,7 +109,7 @@ def launch_columns(launches: Launches, gpu: Part, pos: I64, offset: int) -> dict
         "launch_start_ns": pa.array(l_start + offset, mask=missing),
         "launch_end_ns": pa.array(l_end + offset, mask=no_end),
         "launch_tid": pa.array(api.gtid[at] & LOW24, mask=missing | (api.gtid[at] < 0)),
-        "queue_ns": pa.array(queue, mask=no_end | (queue < 0)),
+        "queue_ns": pa.array(queue, mask=no_end | (gpu.start == NO_TIME) | (queue < 0)),
         "wall_ns": pa.array(wall, mask=no_end | (gpu.end == NO_TIME)),
     }
 

@@ -160,17 +160,19 @@ def names_by_key(keys: I64, table_keys: I64, table_values: list[str | None]) -> 
     return dictionary(idx, padded, np.ones(len(padded), dtype=bool))
 
 
-def json_args(table: pa.Table, names: list[str]) -> Col | None:
-    """``{"col": value, ...}`` per row for the numeric columns in ``names`` (null -> ``null``).
+def json_args(table: pa.Table, names: list[str], labels: dict[str, DictCol] | None = None) -> Col | None:
+    """``{"label": "text", ..., "col": value, ...}`` per row: ``labels`` (enum codes as their
+    labels), then the numeric columns in ``names`` (null -> ``null``).
 
     Leftover columns repeat (launch type, cache config, ...): each distinct row is written
     once and shared, unless nearly every row is distinct.
     """
-    cols = {
-        n: c
+    cols: dict[str, Col] = dict(labels or {})
+    cols.update(
+        (n, c)
         for n in names
         if (c := column(table, n)) is not None and (pa.types.is_integer(c.type) or pa.types.is_floating(c.type))
-    }
+    )
     if not cols:
         return None
     inverse = row_codes(list(cols.values()))
@@ -206,7 +208,11 @@ def row_codes(cols: list[Col]) -> I64:
 def _joined_args(cols: dict[str, Col]) -> Col:
     parts: list[Col | str] = []
     for name, col in cols.items():
-        if pa.types.is_floating(col.type):
+        if pa.types.is_dictionary(col.type):  # labels: each distinct one quoted once
+            labels = as_dict(col)
+            quoted = pa.array([json.dumps(v) for v in labels.dictionary.to_pylist()], pa.string())
+            col = quoted.take(labels.indices)
+        elif pa.types.is_floating(col.type):
             col = pc.if_else(pc.is_finite(col), col, pa.scalar(None, col.type))
         parts += [("{" if not parts else ",") + json.dumps(name) + ":", pc.cast(col, pa.string())]
     return join_texts(*parts, "}")

@@ -43,7 +43,9 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 OSRT = "OSRT_API"
+OVERHEAD = "PROFILER_OVERHEAD"
 SKIPPED = frozenset({"callchainId", "gridId"})  # ids of tables not converted; a per-launch counter
 _DEVICE = {
     "deviceId": "device",
@@ -247,30 +249,64 @@ def graphs(db: Database) -> Part:
     return part
 
 
+def cuda_events(db: Database) -> Part:
+    """CUDA event records on a stream (``cudaEventRecord``): kind ``other``, linked to the recording
+    call like kernels. Before 2026.2 the table has no time at all: start_ns and end_ns stay null
+    rather than borrow the call's time, as the record happens when the stream reaches it (the
+    call's times are in launch_*). From 2026.2, ``timestamp`` makes it an instant."""
+    used = frozenset({"timestamp"})
+    t = _read(db, CUDA_EVENT, used)
+    part = _gpu(t, CUDA_EVENT, "other", used)
+    n = t.num_rows
+    part.cols["name"] = constant(n, "CUDA event record")
+    if "start" not in t.column_names:
+        part.start = times(t, "timestamp")
+        part.end = part.start.copy()
+    if "end" not in t.column_names:
+        part.cols["phase"] = constant(n, "i")
+    return part
+
+
 def apis(db: Database, strings: Strings, table: str) -> Part:
     """CUDA runtime and driver calls (kind ``cuda_api``) or OS runtime calls (kind ``other``)."""
     cuda = table == RUNTIME
     used = frozenset({"nameId", "eventClass", "returnValue", "correlationId"})
     t = _read(db, table, used)
+    name = strings.names(ints(t, "nameId"), api_name if cuda else None)
+    part = _on_threads(t, table, "cuda_api" if cuda else "other", name)
+    part.cols.update(_renamed(t, {"returnValue": "return_value", "correlationId": "correlation_id"}))
+    if cuda:
+        part.cols["api_class"] = _api_class(t, name)
+        part.corr = ints(t, "correlationId")
+    _put(part.cols, {"args": json_args(t, leftover(t, used | _COMMON))})
+    return part
+
+
+def overheads(db: Database, strings: Strings) -> Part:
+    """Time ranges the profiler spent on a thread of the profiled process (kind ``overhead``): CUPTI
+    buffer flushes, instrumentation, ... ``returnValue`` (``overheadType`` from 2026.2, and
+    ``correlationId``, always 0, before 2021) goes into args like every unmapped number."""
+    used = frozenset({"nameId"})
+    t = _read(db, OVERHEAD, used)
+    part = _on_threads(t, OVERHEAD, "overhead", strings.names(ints(t, "nameId")))
+    _put(part.cols, {"args": json_args(t, leftover(t, used | _COMMON))})
+    return part
+
+
+def _on_threads(t: pa.Table, table: str, kind: str, name: DictCol) -> Part:
+    """Rows of a thread (``globalTid``): pid and tid decoded, no correlation id."""
     n = t.num_rows
     gtid = ints(t, "globalTid")
-    name = strings.names(ints(t, "nameId"), api_name if cuda else None)
     cols: dict[str, Col] = {
-        "kind": constant(n, "cuda_api" if cuda else "other"),
+        "kind": constant(n, kind),
         "category": constant(n, table),
         "phase": constant(n, "X"),
         "name": name,
         "pid": decode_pid(gtid),
         "tid": decode_tid(gtid),
     }
-    cols.update(_renamed(t, {"returnValue": "return_value", "correlationId": "correlation_id"}))
-    if cuda:
-        cols["api_class"] = _api_class(t, name)
-    args = json_args(t, leftover(t, used | _COMMON))
-    if args is not None:
-        cols["args"] = args
-    corr = ints(t, "correlationId") if cuda else np.full(n, NONE, dtype=np.int64)
-    return Part(table, cols, times(t, "start"), times(t, "end"), gtid, global_pid(gtid), corr)
+    none = np.full(n, NONE, dtype=np.int64)
+    return Part(table, cols, times(t, "start"), times(t, "end"), gtid, global_pid(gtid), none)
 
 
 def _api_class(t: pa.Table, name: DictCol) -> DictCol:
