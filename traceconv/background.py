@@ -1,7 +1,8 @@
 """One background thread for blocking writes (Parquet, Arrow IPC release the GIL while encoding).
 
 The producer hands work over through a queue of bounded depth, so at most ``depth``
-batches wait in memory; an exception in the thread is re-raised in the producer.
+batches wait in memory (``depth=0``: none waits; :meth:`put` returns once the thread has
+taken the batch); an exception in the thread is re-raised in the producer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 class BackgroundWriter:
     def __init__(self, write: Callable[[Any], None], depth: int = 2) -> None:
         self._write = write
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._handoff = depth == 0
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="traceconv-writer", daemon=True)
         self._thread.start()
@@ -25,6 +27,7 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            self._queue.task_done()  # taken: a handing-over put() may return
             if item is self._STOP:
                 return
             if self._error is None:
@@ -32,10 +35,13 @@ class BackgroundWriter:
                     self._write(item)
                 except BaseException as exc:  # handed to the producer in put()/close()
                     self._error = exc
+            del item  # not kept while waiting for the next: a batch is freed once written
 
     def put(self, item: Any) -> None:
         self._raise()
         self._queue.put(item)
+        if self._handoff:
+            self._queue.join()
 
     def close(self) -> None:
         """Wait for everything queued to be written; re-raise the thread's error."""

@@ -115,12 +115,14 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
             use_dictionary=DICTIONARY_COLUMNS,
             write_statistics=STATISTICS_COLUMNS,
         ) as writer:
-            # One table queued while one is encoded: a deeper queue holds more memory and gains no speed.
-            background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=1)
+            # Handed over, not queued: the reader makes the next table while one is encoded, and no
+            # third waits (the writer is the slower side: a queue holds memory and gains no speed).
+            background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=0)
             try:
                 for table in tables:
-                    background.put(table)
                     _tally(result, table)
+                    background.put(table)
+                    del table  # not kept while the reader makes the next one
             finally:
                 background.close()
             writer.add_key_value_metadata(_metadata(reader, result))
