@@ -51,6 +51,7 @@ ZSTD_COLUMNS = frozenset(
 )
 COMPRESSION = {c.name: "zstd" if c.name in ZSTD_COLUMNS else "snappy" for c in S.COLUMNS}
 COMPRESSION_LEVEL = {name: 1 for name in ZSTD_COLUMNS}
+WRITE_BUFFER = 1 << 18
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -106,15 +107,20 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
     result = WriteResult(path=out)
     try:
         # Dictionary pages only where the schema says dictionary: the args JSON never
-        # repeats, and trying to dictionary-encode it costs time and size.
-        with pq.ParquetWriter(
-            tmp,
-            S.SCHEMA,
-            compression=COMPRESSION,
-            compression_level=COMPRESSION_LEVEL,
-            use_dictionary=DICTIONARY_COLUMNS,
-            write_statistics=STATISTICS_COLUMNS,
-        ) as writer:
+        # repeats, and trying to dictionary-encode it costs time and size. A buffered stream:
+        # the writer asks for its position before every page (an lseek on a plain file, 6% of
+        # its time) and writes in small pieces.
+        with (
+            pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink,
+            pq.ParquetWriter(
+                sink,
+                S.SCHEMA,
+                compression=COMPRESSION,
+                compression_level=COMPRESSION_LEVEL,
+                use_dictionary=DICTIONARY_COLUMNS,
+                write_statistics=STATISTICS_COLUMNS,
+            ) as writer,
+        ):
             # Handed over, not queued: the reader makes the next table while one is encoded, and no
             # third waits (the writer is the slower side: a queue holds memory and gains no speed).
             background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=0)

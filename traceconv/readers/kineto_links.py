@@ -223,19 +223,38 @@ class LinkIndex:
         cols["wall_ns"] = pc.subtract(pc.max_element_wise(lend, cols["end_ns"]), lstart)
 
     def _labels(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """Each row's process and thread name, looked up once per distinct (pid, tid) of the batch."""
         n = table.num_rows
         if not self.process_names and not self.thread_names:
             return pa.nulls(n, S.DICT), pa.nulls(n, S.DICT)
-        pkey = pc.coalesce(table["pid_label"].cast(pa.string()), table["pid"].cast(pa.string()))
-        tkey = pc.binary_join_element_wise(
-            pkey, pc.coalesce(table["tid_label"].cast(pa.string()), table["tid"].cast(pa.string())), "/"
-        )
-        out = []
-        for keys, mapping in ((pkey, self.process_names), (tkey, self.thread_names)):
-            pos = pc.index_in(keys, value_set=pa.array(list(mapping), pa.string()))
-            values = pa.array(list(mapping.values()), pa.string())
-            out.append(pc.dictionary_encode(values.take(pos)))
-        return out[0], out[1]
+        pkeys, pcode = _row_keys(table, "pid")
+        tkeys, tcode = _row_keys(table, "tid")
+        process = _lookup(pcode, [self.process_names.get(k) for k in pkeys])
+        both = (pcode >= 0) & (tcode >= 0)
+        pair = np.where(both, pcode * (len(tkeys) + 1) + tcode, -1)
+        distinct, inverse = np.unique(pair, return_inverse=True)
+        names = [
+            self.thread_names.get(f"{pkeys[p // (len(tkeys) + 1)]}/{tkeys[p % (len(tkeys) + 1)]}") if p >= 0 else None
+            for p in distinct.tolist()
+        ]
+        return process, _lookup(inverse.reshape(-1), names)
+
+
+def _row_keys(table: pa.Table, col: str) -> tuple[list[str], I64]:
+    """The key a row's ``pid`` or ``tid`` has in the metadata's names (its label, else its
+    number as text): the distinct keys, and each row's index into them (-1: none)."""
+    numbers, ncode = dict_codes(table[col].combine_chunks())
+    labels, lcode = dict_codes(table[col + "_label"].combine_chunks())
+    keys = [str(v) for v in numbers] + [str(v) for v in labels]
+    return keys, np.where(lcode >= 0, lcode + len(numbers), ncode)
+
+
+def _lookup(codes: I64, values: list[str | None]) -> pa.Array:
+    """Dictionary array of ``values[code]`` per row (null where the code is -1 or the value None)."""
+    labels = sorted({v for v in values if v is not None})
+    at = {v: i for i, v in enumerate(labels)}
+    lut = np.array([at[v] if v is not None else -1 for v in values] + [-1], dtype=np.int64)
+    return from_codes(lut[codes], labels)  # code -1 picks the appended -1
 
 
 class _OpResolver:
