@@ -27,10 +27,8 @@ from traceconv import schema as S
 from traceconv.lean import return_freed_memory
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, member_table, to_numpy
 from traceconv.readers.links import SortedKeys
-from traceconv.readers.spill import row_groups
 
 _K = {k: i for i, k in enumerate(S.KINDS)}
-OP_BATCH_ROWS = 1 << 16  # operators streamed past the API calls at a time (about 6 MiB of arrays)
 _IS_GPU = member_table(len(S.KINDS), [_K[k] for k in S.GPU_KINDS])
 _COLS = (
     ("event_id", "event_id"),
@@ -158,11 +156,8 @@ class LinkIndex:
         self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
         resolver = _OpResolver(self.api, self.gpu)  # keeps sorted copies of the External ids
         del self.api["ext"], self.gpu["ext"], self.gpu["corr"]
-        for group in row_groups(op_tables, OP_BATCH_ROWS):  # few large batches: numpy's cost is per call
-            ops = pa.concat_tables(group)
-            del group
+        for ops in op_tables:
             resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
-            del ops
         self.api["op_eid"], self.api["op_name"] = resolver.api_result()
         gpu_op = {"op_eid": resolver.gpu_ext_eid, "op_name": resolver.gpu_ext_name}
         del resolver
