@@ -23,12 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import traceconv
 from traceconv.errors import TraceconvError
+from traceconv.readers.links import SortedKeys
 
 from .broken import make_broken as MB
 from .conftest import FIXTURES
@@ -312,3 +314,15 @@ def test_any_names_and_arguments_round_trip(edits: list[tuple[int, str, dict[str
         path = Path(tmp) / "edited.json"
         path.write_text(json.dumps(doc, ensure_ascii=ascii_only), encoding="utf-8")
         check_round_trip(path, doc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-5, 40), max_size=60), st.lists(st.integers(-5, 45), max_size=30), st.booleans())
+def test_sorted_keys_find_the_first_equal_key(keys: list[int], probes: list[int], presorted: bool) -> None:
+    """SortedKeys (pass 2's lookups) on keys in any order, and on keys already in order (kept
+    without a sorted copy): the index of the first equal key, or -1."""
+    values = np.array(sorted(keys) if presorted else keys, dtype=np.int64)
+    found = SortedKeys(values).find(np.array(probes, dtype=np.int64))
+    expected = [values.tolist().index(p) if p in values.tolist() else -1 for p in probes]
+    assert found.tolist() == expected
+    assert found.dtype == np.int64

@@ -167,7 +167,10 @@ class LinkIndex:
         del corr, self.api["pid"]
         self._by_api_eid = SortedKeys(self.api["event_id"])
         self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
-        self.gpu = gpu_op
+        # Codes, operator event ids and thread ids in 32 bits where they fit (pass 2 widens what it takes).
+        for field in ("name", "op_name", "op_eid", "tid"):
+            self.api[field] = _narrow(self.api[field])
+        self.gpu = {field: _narrow(values) for field, values in gpu_op.items()}
 
     # -- pass 2 ---------------------------------------------------------------------
     def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
@@ -207,7 +210,7 @@ class LinkIndex:
         api, li = self.api, np.maximum(launch, 0)
 
         def pick(values: I64, offset: int = 0) -> pa.Array:
-            return pa.array(np.where(has, values[li] + offset, 0), mask=~has)
+            return pa.array(np.where(has, values[li].astype(np.int64) + offset, 0), mask=~has)
 
         lstart, lend = pick(api["start"], base_ns), pick(api["end"], base_ns)
         cols["launch_event_id"], cols["launch_tid"] = pick(api["event_id"]), pick(api["tid"])
@@ -391,7 +394,17 @@ def _unique_pairs(pid: I64, tid: I64) -> tuple[list[tuple[int, int]], I64]:
 def _gather(values: I64 | None, idx: I64) -> I64:
     if values is None or not len(values):
         return np.full(len(idx), -1, dtype=np.int64)
-    return np.where(idx >= 0, values[np.maximum(idx, 0)], -1)
+    return np.where(idx >= 0, values[np.maximum(idx, 0)].astype(np.int64), -1)
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _narrow(values: I64) -> I64:
+    """``values`` as int32 if every one fits (half the memory), else as they are."""
+    if len(values) and (values.min() < _INT32.min or values.max() > _INT32.max):
+        return values
+    return values.astype(np.int32)
 
 
 def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:
