@@ -39,12 +39,15 @@ def _assert_same(a: pa.Table, b: pa.Table) -> None:
         assert x.equals(y), name
 
 
+@pytest.mark.parametrize("workers", [1, 2])  # 1: the default on two cores (the main process converts too)
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:60])
-def test_workers_give_the_single_process_result(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_give_the_single_process_result(
+    path: Path, workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     one, single = _read(path, workers=0)
-    two, parallel = _read(path, workers=2)
-    assert single.workers_used == 0 and parallel.workers_used == 2
+    two, parallel = _read(path, workers=workers)
+    assert single.workers_used == 0 and parallel.workers_used == workers
     _assert_same(one, two)
     assert parallel.info.notes == single.info.notes
     assert parallel.info.counters == single.info.counters
