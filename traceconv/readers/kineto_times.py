@@ -75,6 +75,8 @@ def times_ns(values: list[Any], exact: bool, unpadded: bool) -> pa.Array:
 # A time as Kineto writes it: integer microseconds and up to three decimals (nanoseconds).
 _TIME_TEXT = r"^(?P<neg>-?)(?P<us>\d{1,16})(?:\.(?P<ns>\d{1,3}))?$"
 _MAX_US = (2**63 - 1) // 1000 - 1  # nanoseconds of larger values do not fit an int64
+_DECIMAL_US = pa.decimal128(22, 3)  # microseconds with up to three decimals (the nanoseconds)
+_NS_PER_US = pa.scalar(1000, pa.decimal128(4, 0))
 
 
 def _text_ns(values: list[Any], unpadded: bool) -> pa.Array:
@@ -85,6 +87,11 @@ def _text_ns(values: list[Any], unpadded: bool) -> pa.Array:
         texts = raw_texts(values)
     except TypeError:  # from the repair paths: Decimal, float or None values among them
         texts = pa.array([_time_text(v) for v in values], pa.binary())
+    if not unpadded:
+        try:  # the usual forms, parsed as decimals by Arrow: twice as fast as the regex below
+            return pc.cast(pc.multiply(texts.cast(pa.string()).cast(_DECIMAL_US), _NS_PER_US), pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # more than three decimals, text, `null`, past int64: value by value below
     try:
         parts = pc.extract_regex(texts.cast(pa.string()), _TIME_TEXT)
     except pa.ArrowInvalid:  # not UTF-8 (a string value): every value the slow way
