@@ -48,16 +48,15 @@ CATEGORY_KINDS = {
     "overhead": "overhead",
 }
 API_CLASS = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
-GPU_SIDE = frozenset({"kernel", "memcpy", "memset"})
-_KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}
+KIND_CODE = {k: i for i, k in enumerate(S.KINDS)}  # a kind -> its code in the `kind` column
 _API_LABELS = sorted(set(API_CLASS.values()))
 _API_CLASS_CODE = {category: _API_LABELS.index(label) for category, label in API_CLASS.items()}
-_IS_GPU = member_table(len(S.KINDS), [_KIND_CODE[k] for k in GPU_SIDE])
-_IS_COPY_OR_SET = member_table(len(S.KINDS), [_KIND_CODE["memcpy"], _KIND_CODE["memset"]])
+IS_GPU = member_table(len(S.KINDS), [KIND_CODE[k] for k in S.GPU_KINDS])  # IS_GPU[codes]: kernels, copies, sets
+_IS_COPY_OR_SET = member_table(len(S.KINDS), [KIND_CODE["memcpy"], KIND_CODE["memset"]])
 # Kineto writes correlation and External ids on API calls, GPU ops, operators and annotations:
 # Python frames and allocator events (a third of a trace with stacks and memory) are not searched.
-_NO_EXTERNAL_ID = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"]])
-_NO_CORRELATION = member_table(len(S.KINDS), [_KIND_CODE["python"], _KIND_CODE["memory"], _KIND_CODE["cpu_op"]])
+_NO_EXTERNAL_ID = member_table(len(S.KINDS), [KIND_CODE["python"], KIND_CODE["memory"]])
+_NO_CORRELATION = member_table(len(S.KINDS), [KIND_CODE["python"], KIND_CODE["memory"], KIND_CODE["cpu_op"]])
 _COPY = re.compile(r"^Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?")
 _SET = re.compile(r"^Memset\s*\((\w+)\)")
 
@@ -148,14 +147,14 @@ def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> tuple[I64, 
     for i, key in enumerate(distinct):
         p, _, c = (key or "").partition("\x01")
         category = None if c == "\x00" else c
-        kind_lut[i] = _KIND_CODE[kind_of(p, category)]
+        kind_lut[i] = KIND_CODE[kind_of(p, category)]
         api_lut[i] = _API_CLASS_CODE.get((category or "").lower(), -1)
     kinds = kind_lut[codes]
     names = name.dictionary.to_pylist()
     if "[memory]" in names:
         is_mem = np.asarray(pc.equal(name.indices, names.index("[memory]")).fill_null(False))
-        kinds[is_mem] = _KIND_CODE["memory"]
-    return kinds, np.where(kinds == _KIND_CODE["cuda_api"], api_lut[codes], -1)
+        kinds[is_mem] = KIND_CODE["memory"]
+    return kinds, np.where(kinds == KIND_CODE["cuda_api"], api_lut[codes], -1)
 
 
 def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
@@ -183,7 +182,7 @@ def _int_id(v: Any) -> int | None:
 
 
 def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: pa.DictionaryArray, n: int) -> None:
-    gpu = _IS_GPU[kinds]
+    gpu = IS_GPU[kinds]
     annot = np.asarray(
         pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")), "gpu_user_annotation")
     )
@@ -248,7 +247,7 @@ def _copy_kinds(cols: dict[str, pa.Array], name: pa.DictionaryArray, kinds: I64)
 
 
 def _memory_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, n: int) -> None:
-    idx = np.flatnonzero(kinds == _KIND_CODE["memory"])
+    idx = np.flatnonzero(kinds == KIND_CODE["memory"])
     if len(idx) == 0:
         return
     args = _arg_columns(decoded, idx, MemoryArgs)

@@ -25,11 +25,10 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.lean import return_freed_memory
-from traceconv.readers.arrow_util import I64, dict_codes, from_codes, member_table, to_numpy
+from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
+from traceconv.readers.kineto_columns import IS_GPU, KIND_CODE
 from traceconv.readers.links import SortedKeys
 
-_K = {k: i for i, k in enumerate(S.KINDS)}
-_IS_GPU = member_table(len(S.KINDS), [_K[k] for k in S.GPU_KINDS])
 _COLS = (
     ("event_id", "event_id"),
     ("corr", "correlation_id"),
@@ -60,17 +59,17 @@ def extract(table: pa.Table) -> dict[str, pa.Table]:
     """
     parts: dict[str, pa.Table] = {}
     kind = to_numpy(table["kind"].combine_chunks().indices)
-    is_api = kind == _K["cuda_api"]
+    is_api = kind == KIND_CODE["cuda_api"]
     if is_api.any():
         parts["api"] = table.select(_ROW_COLUMNS).filter(pa.array(is_api))
-    gpu = _IS_GPU[kind]
+    gpu = IS_GPU[kind]
     if gpu.any():
         parts["gpu"] = table.select(["event_id", "correlation_id", "external_id"]).filter(pa.array(gpu))
     meta = pc.equal(table["phase"].cast(pa.string()), "M")
     if pc.any(meta).as_py():
         parts["meta"] = table.select(["name", "pid", "tid", "pid_label", "tid_label", "args"]).filter(meta)
     cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
-    is_cpu = kind == _K["cpu_op"]
+    is_cpu = kind == KIND_CODE["cpu_op"]
     is_op = is_cpu | np.asarray(pc.equal(cat, "user_annotation"))
     if is_op.any():
         ops = table.select(_ROW_COLUMNS).filter(pa.array(is_op))
@@ -178,13 +177,13 @@ class LinkIndex:
         api = self.api
         kind = to_numpy(table["kind"].combine_chunks().indices)
         eid = to_numpy(table["event_id"])
-        gpu = _IS_GPU[kind]
+        gpu = IS_GPU[kind]
         corr = to_numpy(table["correlation_id"])
         launch = np.full(n, -1, dtype=np.int64)
         if gpu.any():
             launch[gpu] = self._by_corr.find(corr[gpu])
         own = np.full(n, -1, dtype=np.int64)
-        is_api = kind == _K["cuda_api"]
+        is_api = kind == KIND_CODE["cuda_api"]
         if is_api.any():
             own[is_api] = self._by_api_eid.find(eid[is_api])
         via = np.where(launch >= 0, launch, own)
@@ -223,19 +222,14 @@ class LinkIndex:
     def _labels(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
         """Each row's process and thread name, looked up once per distinct (pid, tid) of the batch."""
         n = table.num_rows
-        if not self.process_names and not self.thread_names:
+        if n == 0 or (not self.process_names and not self.thread_names):
             return pa.nulls(n, S.DICT), pa.nulls(n, S.DICT)
         pkeys, pcode = _row_keys(table, "pid")
         tkeys, tcode = _row_keys(table, "tid")
         process = _lookup(pcode, [self.process_names.get(k) for k in pkeys])
-        both = (pcode >= 0) & (tcode >= 0)
-        pair = np.where(both, pcode * (len(tkeys) + 1) + tcode, -1)
-        distinct, inverse = np.unique(pair, return_inverse=True)
-        names = [
-            self.thread_names.get(f"{pkeys[p // (len(tkeys) + 1)]}/{tkeys[p % (len(tkeys) + 1)]}") if p >= 0 else None
-            for p in distinct.tolist()
-        ]
-        return process, _lookup(inverse.reshape(-1), names)
+        pairs, inverse = _unique_pairs(pcode, tcode)
+        names = [self.thread_names.get(f"{pkeys[p]}/{tkeys[t]}") if p >= 0 and t >= 0 else None for p, t in pairs]
+        return process, _lookup(inverse, names)
 
 
 def _row_keys(table: pa.Table, col: str) -> tuple[list[str], I64]:

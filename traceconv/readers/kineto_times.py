@@ -87,15 +87,16 @@ def _text_ns(values: list[Any], unpadded: bool) -> pa.Array:
         texts = raw_texts(values)
     except TypeError:  # from the repair paths: Decimal, float or None values among them
         texts = pa.array([_time_text(v) for v in values], pa.binary())
-    if not unpadded:
-        try:  # the usual forms, parsed as decimals by Arrow: twice as fast as the regex below
-            return pc.cast(pc.multiply(texts.cast(pa.string()).cast(_DECIMAL_US), _NS_PER_US), pa.int64())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass  # more than three decimals, text, `null`, past int64: value by value below
     try:
-        parts = pc.extract_regex(texts.cast(pa.string()), _TIME_TEXT)
+        strings = texts.cast(pa.string())
     except pa.ArrowInvalid:  # not UTF-8 (a string value): every value the slow way
         return pa.array([_decimal_ns(_as_decimal(v), unpadded) for v in values], type=pa.int64())
+    if not unpadded:
+        try:  # the usual forms, parsed as decimals by Arrow: twice as fast as the regex below
+            return pc.cast(pc.multiply(strings.cast(_DECIMAL_US), _NS_PER_US), pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # more than three decimals, text, `null`, past int64: value by value below
+    parts = pc.extract_regex(strings, _TIME_TEXT)
     us = pc.struct_field(parts, "us").cast(pa.int64())
     frac = pc.struct_field(parts, "ns")
     frac = pc.if_else(pc.equal(frac, ""), "0", frac) if unpadded else pc.utf8_rpad(frac, 3, "0")

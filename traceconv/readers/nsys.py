@@ -1,12 +1,12 @@
 """Nsight Systems SQLite export (2020.3 to 2026.2) -> unified tables, one per source table.
 
-Converted: CUDA kernels, memcpy, memset, synchronisation, whole-graph executions, CUDA
-event records, CUDA runtime/driver calls, OS runtime calls, NVTX events, and the profiler's
-own overhead and diagnostic messages. Every table and column is optional. GPU rows are linked to their launching
-API call and everything CPU-side to the innermost NVTX push/pop range (nsys_links). Times
-become Unix-epoch nanoseconds when the export has its session start. Nothing from the
-profiled environment is copied unless asked for (``include_environment=True``, see
-nsys_privacy).
+Converted: CUDA kernels, memcpy, memset, synchronisation, whole-graph executions, CUDA event
+records, CUDA runtime/driver calls, OS runtime calls, NVTX events, and the profiler's own
+overhead and diagnostic messages. Every table and column is optional. GPU rows are linked to
+their launching API call and everything CPU-side to the innermost NVTX push/pop range
+(nsys_links). Times become Unix-epoch nanoseconds when the export has its session start.
+Nothing from the profiled environment is copied unless asked for
+(``include_environment=True``, see nsys_privacy).
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from traceconv.readers.nsys_enums import Enums, labelled
 from traceconv.readers.nsys_parts import (
     NO_TIME,
     NONE,
-    STRING_ID_COLUMNS,
     Col,
     DictCol,
     Part,
@@ -36,18 +35,16 @@ from traceconv.readers.nsys_parts import (
     times,
 )
 from traceconv.readers.nsys_sql import Database
+from traceconv.readers.nsys_tables import read_columns
 
 DIAGNOSTIC = "DIAGNOSTIC_EVENT"
 _USED = frozenset({"text", "globalPid", "severity", "source", "timestampType"})
-_NUMBERS = _USED - {"text"}  # the text is read apart (_messages)
 HOST_TIMESTAMP = 2  # ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE, the same in every version that has the table
 
 
 def diagnostics(db: Database, enums: Enums) -> Part:
     have = db.columns(DIAGNOSTIC)
-    # Other text is not read: args hold numbers and enum labels.
-    wanted = [c for c, typ in have.items() if c in _NUMBERS or (typ != "TEXT" and c not in STRING_ID_COLUMNS)]
-    t = db.read(DIAGNOSTIC, wanted)
+    t = read_columns(db, DIAGNOSTIC, frozenset())  # args hold numbers and enum labels; the text is read apart
     n = t.num_rows
     g = ints(t, "globalPid")
     gpid = np.where(g >= 0, g, NONE)

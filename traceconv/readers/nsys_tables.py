@@ -69,7 +69,8 @@ _KERNEL = {
 _COMMON = frozenset({"start", "end", "globalPid", "globalTid"})
 
 
-def _read(db: Database, table: str, names: frozenset[str]) -> pa.Table:
+def read_columns(db: Database, table: str, names: frozenset[str]) -> pa.Table:
+    """The numeric columns of ``table``, and the text or string-id columns in ``names``."""
     have = db.columns(table)
     # Text columns and string ids are read only when mapped: args hold numbers only.
     wanted = [
@@ -110,7 +111,7 @@ def _gpu(t: pa.Table, table: str, kind: str, used: frozenset[str]) -> Part:
 
 def kernels(db: Database, strings: Strings) -> Part:
     used = frozenset({"demangledName", "shortName", *_KERNEL})
-    t = _read(db, KERNEL, used)
+    t = read_columns(db, KERNEL, used)
     part = _gpu(t, KERNEL, "kernel", used)
     demangled, short = ints(t, "demangledName"), ints(t, "shortName")
     part.cols["name"] = strings.names(np.where(demangled >= 0, demangled, short))
@@ -148,7 +149,7 @@ def _text(arr: Col | None, n: int) -> Col:
 
 def memcpys(db: Database, enums: Enums) -> Part:
     used = frozenset({"bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId", "dstDeviceId"})
-    t = _read(db, MEMCPY, used)
+    t = read_columns(db, MEMCPY, used)
     part = _gpu(t, MEMCPY, "memcpy", used)
     n = t.num_rows
     copy, src, dst = (
@@ -178,7 +179,7 @@ def memcpys(db: Database, enums: Enums) -> Part:
 
 def memsets(db: Database, enums: Enums) -> Part:
     used = frozenset({"bytes", "memKind"})
-    t = _read(db, MEMSET, used)
+    t = read_columns(db, MEMSET, used)
     part = _gpu(t, MEMSET, "memset", used)
     kind = _label(t, "memKind", enums.memory)
     part.cols["name"] = pc.dictionary_encode(join_texts("Memset (", _text(kind, t.num_rows), ")", null="?"))
@@ -189,7 +190,7 @@ def memsets(db: Database, enums: Enums) -> Part:
 
 def syncs(db: Database, enums: Enums) -> Part:
     """Synchronisation records; ``syncType`` stays in args (see :func:`sync_types` for why)."""
-    t = _read(db, SYNC, frozenset())
+    t = read_columns(db, SYNC, frozenset())
     part = _gpu(t, SYNC, "sync", frozenset())
     kind = _label(t, "syncType", enums.sync)
     part.cols["sync_type"] = kind if kind is not None else pa.nulls(t.num_rows, pa.dictionary(pa.int32(), pa.string()))
@@ -243,7 +244,7 @@ def _codes(arr: Col) -> tuple[list[str | None], I64]:
 
 def graphs(db: Database) -> Part:
     """Whole CUDA graphs traced as one GPU activity (``--cuda-graph-trace=graph``): kind ``other``."""
-    t = _read(db, GRAPH, frozenset())
+    t = read_columns(db, GRAPH, frozenset())
     part = _gpu(t, GRAPH, "other", frozenset())
     part.cols["name"] = constant(t.num_rows, "CUDA graph")
     return part
@@ -255,7 +256,7 @@ def cuda_events(db: Database) -> Part:
     rather than borrow the call's time, as the record happens when the stream reaches it (the
     call's times are in launch_*). From 2026.2, ``timestamp`` makes it an instant."""
     used = frozenset({"timestamp"})
-    t = _read(db, CUDA_EVENT, used)
+    t = read_columns(db, CUDA_EVENT, used)
     part = _gpu(t, CUDA_EVENT, "other", used)
     n = t.num_rows
     part.cols["name"] = constant(n, "CUDA event record")
@@ -271,7 +272,7 @@ def apis(db: Database, strings: Strings, table: str) -> Part:
     """CUDA runtime and driver calls (kind ``cuda_api``) or OS runtime calls (kind ``other``)."""
     cuda = table == RUNTIME
     used = frozenset({"nameId", "eventClass", "returnValue", "correlationId"})
-    t = _read(db, table, used)
+    t = read_columns(db, table, used)
     name = strings.names(ints(t, "nameId"), api_name if cuda else None)
     part = _on_threads(t, table, "cuda_api" if cuda else "other", name)
     part.cols.update(_renamed(t, {"returnValue": "return_value", "correlationId": "correlation_id"}))
@@ -287,7 +288,7 @@ def overheads(db: Database, strings: Strings) -> Part:
     buffer flushes, instrumentation, ... ``returnValue`` (``overheadType`` from 2026.2, and
     ``correlationId``, always 0, before 2021) goes into args like every unmapped number."""
     used = frozenset({"nameId"})
-    t = _read(db, OVERHEAD, used)
+    t = read_columns(db, OVERHEAD, used)
     part = _on_threads(t, OVERHEAD, "overhead", strings.names(ints(t, "nameId")))
     _put(part.cols, {"args": json_args(t, leftover(t, used | _COMMON))})
     return part
