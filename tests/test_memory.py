@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceconv
+from traceconv.io import write_tables
 from traceconv.readers import pytorch
+from traceconv.readers.chunker import EventChunks
 from traceconv.readers.spill import row_groups
 
 from .conftest import FIXTURES
@@ -62,6 +65,19 @@ def test_the_api_is_imported_on_first_use() -> None:
         traceconv.nonesuch  # noqa: B018
 
 
+def test_no_chunk_is_much_larger_than_the_target(tmp_path: Path) -> None:
+    """The read-ahead leaves up to two chunks and a block at the end of the input; decoded at
+    once they were the largest chunk of every trace (a peak of memory where the rest needs none)."""
+    plain = tmp_path / "t.json"
+    plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
+    event = 8 << 10  # a margin for the event a cut waits for (Kineto's largest here are ~3 KB)
+    for size in (200 << 10, 400 << 10):  # sizes where the end of the file left ~1.8 chunks
+        for path in (TRACE, plain):
+            chunks = [len(c[0]) for c in EventChunks(path, lambda chunk: [chunk], None, size)]
+            assert sum(chunks) > 0.99 * plain.stat().st_size
+            assert max(chunks) <= 1.5 * size + event, (path.name, size, max(chunks))
+
+
 def _tables(*rows: int) -> list[pa.Table]:
     return [pa.table({"i": pa.array(range(n), pa.int64())}) for n in rows]
 
@@ -76,7 +92,7 @@ def test_small_chunks_are_written_as_large_row_groups(tmp_path: Path, monkeypatc
     monkeypatch.setattr(pytorch, "ROW_GROUP_ROWS", 4000)
     reader = pytorch.PytorchReader(TRACE, chunk_size=64 << 10, workers=0)  # ~30 chunks of ~500 events
     out = tmp_path / "t.parquet"
-    traceconv.io.write_tables(reader, reader.tables(), out)
+    write_tables(reader, reader.tables(), out)
     meta = pq.read_metadata(out)
     sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     assert sum(sizes) == 16079

@@ -318,16 +318,30 @@ class EventChunks:
             del buf[:next_start]
 
     def _cut(self, buf: bytearray, eof: bool) -> tuple[int, Sized] | None:
-        """Decode the longest prefix ending at a confirmed cut beyond the target size."""
-        if eof:
+        """Decode the shortest prefix ending at a confirmed cut beyond the target size.
+
+        At the end of input the rest goes as one chunk once it is at most 1.5 chunks; the
+        read-ahead leaves up to two chunks and a block there, which decoded at once would
+        need that much more memory, at the end of every trace.
+        """
+        if eof and 2 * len(buf) <= 3 * self.chunk_size:
             return self._last_cut(buf)
+        found = self._first_cut(buf, strict=not eof)
+        return self._last_cut(buf) if found is None and eof else found
+
+    def _first_cut(self, buf: bytearray, strict: bool) -> tuple[int, Sized] | None:
+        """``strict``: a failure that is not a bad cut is the trace's error. Otherwise (at the
+        end of input, where a candidate may lie in the keys after the array) it is left to
+        :meth:`_last_cut` and the exact bracket scan of :meth:`_finish`."""
         for m in CUT.finditer(buf, min(self.chunk_size, max(len(buf) - 1, 0))):
             end = m.start() + 1
             try:
                 return m.end() - 1, self.decode(_prefix(buf, end))
             except ChunkDecodeError as exc:
                 if not bad_cut(exc, end):
-                    self._fail(exc)
+                    if strict:
+                        self._fail(exc)
+                    return None
         return None
 
     def _last_cut(self, buf: bytearray) -> tuple[int, Sized] | None:
