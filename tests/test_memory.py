@@ -6,6 +6,7 @@ import gzip
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ import traceconv
 from traceconv.io import write_tables
 from traceconv.readers import pytorch
 from traceconv.readers.chunker import EventChunks
-from traceconv.readers.spill import row_groups
+from traceconv.readers.spill import SegmentFile, row_groups
 
 from .conftest import FIXTURES
 
@@ -76,6 +77,26 @@ def test_no_chunk_is_much_larger_than_the_target(tmp_path: Path) -> None:
             chunks = [len(c[0]) for c in EventChunks(path, lambda chunk: [chunk], None, size)]
             assert sum(chunks) > 0.99 * plain.stat().st_size
             assert max(chunks) <= 1.5 * size + event, (path.name, size, max(chunks))
+
+
+def test_spilled_tables_are_read_back_without_a_copy_in_the_heap(tmp_path: Path) -> None:
+    """Pass 2 maps each spilled table from its file: copied, the tables in flight (a few MiB
+    each) fragmented the heap and the process grew as pass 2 went on."""
+    table = pa.table({"args": pa.array(["x" * 200] * 20_000), "i": pa.array(range(20_000), pa.int64())})
+    segments = SegmentFile(str(tmp_path / "s.arrows"))
+    (tmp_path / "s.arrows").touch()
+    where = [segments.write(table.slice(0, 7)), segments.write(table)]
+    tracemalloc.start()
+    try:
+        back = segments.read(*where[1])
+        copied, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert back.equals(table) and segments.read(*where[0]).equals(table.slice(0, 7))
+    assert copied < table.nbytes // 20, copied
+    del back
+    segments.remove()
+    assert not (tmp_path / "s.arrows").exists()
 
 
 def _tables(*rows: int) -> list[pa.Table]:

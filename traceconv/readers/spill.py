@@ -9,6 +9,8 @@ the main process reads them back in chunk order (:meth:`Spill.add_segment`).
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -63,9 +65,14 @@ class SegmentFile:
         return pos, self._sink.tell() - pos
 
     def read(self, pos: int, length: int) -> pa.Table:
+        """The table at ``pos``, mapped from the file rather than copied into the heap: its
+        pages go back when the table is freed (a copy, a few MiB for each table in flight,
+        left the heap fragmented, and the process larger, as pass 2 went on)."""
         if self._source is None:
-            self._source = pa.OSFile(self.path, "rb")
-        return pa.ipc.open_stream(self._source.read_at(length, pos)).read_all()
+            self._source = open(self.path, "rb")  # noqa: SIM115 - closed by remove()
+        start = pos - pos % mmap.ALLOCATIONGRANULARITY
+        view = mmap.mmap(self._source.fileno(), pos + length - start, access=mmap.ACCESS_READ, offset=start)
+        return pa.ipc.open_stream(pa.py_buffer(view)[pos - start :]).read_all()
 
     def close_writer(self) -> None:
         if self._sink is not None:
@@ -77,7 +84,9 @@ class SegmentFile:
         if self._source is not None:
             self._source.close()
             self._source = None
-        if os.path.exists(self.path):
+        # Windows refuses while a table read from the file is still mapped (after an error);
+        # the file is then left in the temporary folder. Elsewhere the mapping keeps its pages.
+        with contextlib.suppress(FileNotFoundError, PermissionError):
             os.unlink(self.path)
 
 
