@@ -139,6 +139,26 @@ def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
 
 
+def present(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa.Table:
+    """The columns that hold a value in some row, cast to their types, in schema order: a
+    table part of the way to :func:`conform` (which restores the rest as nulls), for tables
+    that wait for pass 2 (most of the 62 columns are null in most rows).
+
+    Raises ``KeyError`` for a column the schema does not know, as :func:`conform` does.
+    """
+    unknown = set(columns) - set(NAMES)
+    if unknown:
+        raise KeyError(f"columns not in the unified schema: {sorted(unknown)}")
+    names, arrays = [], []
+    for col in COLUMNS:
+        arr = columns.get(col.name)
+        if arr is None or (num_rows and arr.null_count == num_rows):
+            continue
+        names.append(col.name)
+        arrays.append(arr if arr.type == col.type else arr.cast(col.type))
+    return pa.Table.from_arrays(arrays, names=names)
+
+
 def conform(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa.Table:
     """Build a table in the unified schema: missing columns become nulls, types are cast.
 

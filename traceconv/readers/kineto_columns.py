@@ -104,7 +104,7 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     cols["api_class"] = from_codes(api_class, _API_LABELS)
     _gpu_detail(cols, decoded, kinds, name, n)
     _memory_detail(cols, decoded, kinds, n)
-    return S.conform(cols, n)
+    return S.present(cols, n)
 
 
 def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:

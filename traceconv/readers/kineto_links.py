@@ -56,25 +56,43 @@ def extract(table: pa.Table) -> dict[str, pa.Table]:
 
     ``api``: CUDA API calls; ``gpu``: kernels, copies, sets; ``ops``: CPU operators and user
     annotations (with ``is_cpu``); ``meta``: metadata events naming processes and threads.
+    ``table`` may leave out columns that are null in every row (:func:`schema.present`).
     """
     parts: dict[str, pa.Table] = {}
     kind = to_numpy(table["kind"].combine_chunks().indices)
     is_api = kind == KIND_CODE["cuda_api"]
     if is_api.any():
-        parts["api"] = table.select(_ROW_COLUMNS).filter(pa.array(is_api))
+        parts["api"] = _rows(table, _ROW_COLUMNS, is_api)
     gpu = IS_GPU[kind]
     if gpu.any():
-        parts["gpu"] = table.select(["event_id", "correlation_id", "external_id"]).filter(pa.array(gpu))
-    meta = pc.equal(table["phase"].cast(pa.string()), "M")
-    if pc.any(meta).as_py():
-        parts["meta"] = table.select(["name", "pid", "tid", "pid_label", "tid_label", "args"]).filter(meta)
-    cat = pc.utf8_lower(pc.fill_null(table["category"].cast(pa.string()), "")).combine_chunks()
+        parts["gpu"] = _rows(table, ["event_id", "correlation_id", "external_id"], gpu)
+    meta = _equal(table, "phase", "M")
+    if meta.any():
+        parts["meta"] = _rows(table, ["name", "pid", "tid", "pid_label", "tid_label", "args"], meta)
     is_cpu = kind == KIND_CODE["cpu_op"]
-    is_op = is_cpu | np.asarray(pc.equal(cat, "user_annotation"))
+    is_op = is_cpu | _equal(table, "category", "user_annotation", fold=True)
     if is_op.any():
-        ops = table.select(_ROW_COLUMNS).filter(pa.array(is_op))
+        ops = _rows(table, _ROW_COLUMNS, is_op)
         parts["ops"] = ops.append_column("is_cpu", pa.array(is_cpu[is_op].astype(np.int64)))
     return parts
+
+
+def _rows(table: pa.Table, names: list[str], mask: Any) -> pa.Table:
+    """``names`` of the rows where ``mask`` holds; a column ``table`` leaves out is nulls."""
+    have = set(table.column_names)
+    sub = table.select([n for n in names if n in have]).filter(pa.array(mask))
+    cols = {n: sub[n] if n in have else pa.nulls(sub.num_rows, S.BY_NAME[n].type) for n in names}
+    return pa.table(cols)
+
+
+def _equal(table: pa.Table, name: str, value: str, fold: bool = False) -> Any:
+    """Rows whose dictionary-encoded ``name`` is ``value`` (case-folded: ``fold``), as a numpy mask,
+    decided once per distinct value."""
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.bool_)
+    distinct, codes = dict_codes(table[name].combine_chunks())
+    hits = [i for i, v in enumerate(distinct) if v is not None and (v.lower() if fold else v) == value]
+    return np.isin(codes, hits) if hits else np.zeros(table.num_rows, dtype=np.bool_)
 
 
 class LinkIndex:

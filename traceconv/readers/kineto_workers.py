@@ -38,7 +38,7 @@ from traceconv.readers.kineto_columns import ChunkContext, build
 from traceconv.readers.kineto_decode import Decoded
 from traceconv.readers.kineto_links import extract
 from traceconv.readers.kineto_repair import RobustDecoder
-from traceconv.readers.spill import APPEND, SegmentFile, min_start, narrow, temporary_path
+from traceconv.readers.spill import APPEND, SegmentFile, min_start, temporary_path
 
 if TYPE_CHECKING:  # multiprocessing is imported when workers are started (small traces never are)
     from multiprocessing.connection import Connection
@@ -119,7 +119,7 @@ class _Converter:
         repairs = Counter(robust.repairs)
         table = build(decoded, ChunkContext(0, decoded.exact, unpadded, repairs))
         del decoded
-        pos, length = self.out.write(narrow(table))
+        pos, length = self.out.write(table)  # only the columns with values (schema.present)
         info = {"pos": pos, "length": length, "rows": table.num_rows, "start": min_start(table)}
         info["repairs"] = dict(repairs)
         return info, extract(table)
