@@ -60,3 +60,21 @@ def test_handoff_returns_once_taken_and_a_written_batch_is_not_kept() -> None:
     assert written == [1]
     assert ref() is None  # freed while the thread waits: not held until the next put
     bw.close()
+
+
+def test_the_thread_starts_with_the_first_batch() -> None:
+    """Not before: a thread started early takes a malloc arena of its own beside the reader's
+    read-ahead thread, instead of reusing that thread's once it has ended."""
+
+    def writers() -> int:
+        return sum(t.name == "traceconv-writer" for t in threading.enumerate())
+
+    before = writers()
+    bw = BackgroundWriter(lambda b: None, depth=0)
+    assert writers() == before
+    bw.close()  # nothing written: nothing to start or wait for
+    bw = BackgroundWriter(lambda b: None, depth=0)
+    bw.put(Batch(0))
+    assert writers() == before + 1
+    bw.close()
+    assert writers() == before

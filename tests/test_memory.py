@@ -49,12 +49,30 @@ def test_the_users_choice_of_arrow_pool_wins(tmp_path: Path) -> None:
     assert _pool_after_cli(tmp_path, {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc"
 
 
+def _blas_threads_after_cli(tmp_path: Path, env: dict[str, str]) -> str:
+    code = (
+        "import os; from traceconv.cli import main\n"
+        f"main(['ingest', {str(TRACE)!r}, '-o', {str(tmp_path / 'x.parquet')!r}, '--workers', '0'], "
+        "standalone_mode=False)\n"
+        "import numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_cli_starts_no_blas_threads_unless_asked(tmp_path: Path) -> None:
+    assert _blas_threads_after_cli(tmp_path, {}) == "1"
+    assert _blas_threads_after_cli(tmp_path, {"OPENBLAS_NUM_THREADS": "3"}) == "3"
+
+
 def test_importing_the_library_leaves_the_allocator_alone() -> None:
     code = (
         "import os, traceconv; traceconv.read_unified; import traceconv.cli\n"
-        "assert 'ARROW_DEFAULT_MEMORY_POOL' not in os.environ"
+        "assert 'ARROW_DEFAULT_MEMORY_POOL' not in os.environ and 'OPENBLAS_NUM_THREADS' not in os.environ"
     )
-    clean = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    clean = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS")}
     subprocess.run([sys.executable, "-c", code], env=clean, check=True)
 
 

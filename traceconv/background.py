@@ -19,6 +19,12 @@ class BackgroundWriter:
         self._handoff = depth == 0
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None  # started by the first put()
+
+    def _start(self) -> None:
+        """The thread starts with the first batch, not before: its C allocations come from a
+        malloc arena of its own, which glibc takes from the arenas of threads already ended
+        (the reader's read-ahead, 5 MiB kept there) rather than adding one beside them."""
         self._thread = threading.Thread(target=self._run, name="traceconv-writer", daemon=True)
         self._thread.start()
 
@@ -39,14 +45,17 @@ class BackgroundWriter:
 
     def put(self, item: Any) -> None:
         self._raise()
+        if self._thread is None:
+            self._start()
         self._queue.put(item)
         if self._handoff:
             self._queue.join()
 
     def close(self) -> None:
         """Wait for everything queued to be written; re-raise the thread's error."""
-        self._queue.put(self._STOP)
-        self._thread.join()
+        if self._thread is not None:
+            self._queue.put(self._STOP)
+            self._thread.join()
         self._raise()
 
     def _raise(self) -> None:

@@ -16,7 +16,7 @@ import click
 from traceconv import __version__
 from traceconv.errors import PartialResultError, TraceconvError, UsageError
 from traceconv.ingest import Job, plan_jobs
-from traceconv.lean import system_allocator
+from traceconv.lean import no_blas_threads, system_allocator
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,6 +138,7 @@ def main(debug: bool) -> None:
     # half-written outputs are removed on the way out; exit status 143 as the shell reports it.
     signal.signal(signal.SIGTERM, _terminated)
     system_allocator()
+    no_blas_threads()
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -35,12 +35,13 @@ from traceconv.readers.spill import SegmentFile, Spill, row_groups
 
 ABSOLUTE_US = 10**15  # microsecond timestamps past this (2001-09) are Unix epoch times
 METADATA_KEYS_SKIPPED = ("traceEvents",)
-PARALLEL_BYTES = 6 * CHUNK  # smaller traces are done before worker processes would pay off
-# Rows written together as one Parquet row group (at least; whole chunks are gathered). Chunks
-# are small to bound the memory of decoding, and each row group costs the writer ~1.4 ms
-# whatever its size (62 column chunks); larger groups cost the main process memory in pass 2
-# (16k rows: +8 MiB at its peak on the bench trace).
-ROW_GROUP_ROWS = 8192
+PARALLEL_CHUNKS = 6  # smaller traces are done before worker processes would pay off
+# Rows written together as one Parquet row group (at least; whole chunks of ~3,000 events
+# are gathered). Each row group costs the writer (the slower side of pass 2) ~4 ms whatever
+# its size: 62 column chunks, ~65 us each even when all null. Larger groups cost the main
+# process memory in pass 2 (22k rows: +5 MiB at its peak on the bench trace; 16k: +1 MiB
+# against 11k, and 0.07 s less on the 254 MB trace with memory events).
+ROW_GROUP_ROWS = 16_000
 GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
 
 
@@ -137,7 +138,7 @@ class PytorchReader:
         workers = 0 if self._salvage else worker_count(self._workers)
         state = None
         gzip = workers > 0 and _is_gzip(self.path)
-        if workers and size * (GZIP_RATIO if gzip else 1) >= PARALLEL_BYTES * self._chunk_size // CHUNK:
+        if workers and size * (GZIP_RATIO if gzip else 1) >= PARALLEL_CHUNKS * self._chunk_size:
             state = self._pass1_parallel(workers, progress, plain=not gzip)
         if state is None:
             state = self._pass1(progress)
