@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -222,3 +223,15 @@ def test_every_row_names_its_trace_and_rank(name: str, rank: int | None) -> None
     assert table["source"].cast(pa.string()).unique().to_pylist() == ["pytorch"]
     assert table["trace_id"].cast(pa.string()).unique().to_pylist() == [name.split(".")[0]]
     assert table["rank"].unique().to_pylist() == [rank]
+
+
+def test_thread_pairs_from_32_bit_ids() -> None:
+    """The link index keeps pids and tids in 32 bits where they fit; packing a pair into one
+    64-bit key must widen them first (int32 << 32 would overflow)."""
+    from traceconv.readers.kineto_links import _id_type, _unique_pairs
+
+    pid = np.array([7, 7, 2**31 - 1, 7], dtype=np.int32)
+    tid = np.array([2**31 - 1, -5, 3, 2**31 - 1], dtype=np.int32)
+    pairs, inverse = _unique_pairs(pid, tid)
+    assert [pairs[i] for i in inverse] == [(7, 2**31 - 1), (7, -5), (2**31 - 1, 3), (7, 2**31 - 1)]
+    assert _id_type(2**31 - 1) is np.int32 and _id_type(2**31) is np.int64

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 I64 = npt.NDArray[np.int64]
+Ints = npt.NDArray[np.signedinteger[Any]]  # int32 where the values fit, else int64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.lean import return_freed_memory
-from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
+from traceconv.readers.arrow_util import I64, Ints, dict_codes, from_codes, to_numpy
 from traceconv.readers.kineto_columns import IS_GPU, KIND_CODE
 from traceconv.readers.links import SortedKeys
 
@@ -154,6 +154,8 @@ class LinkIndex:
             if labels:
                 lut = self._code(labels)
                 store[field][-1] = np.where(codes >= 0, -2 - lut[np.maximum(codes, 0)], store[field][-1])
+        for field in ("event_id", "pid", "tid", "name"):  # 32 bits where they fit: kept until linked
+            store[field][-1] = _narrow(store[field][-1])
 
     def _names_from_metadata(self, meta: pa.Table) -> None:
         for row in meta.to_pylist():
@@ -167,12 +169,15 @@ class LinkIndex:
                 self.thread_names[pkey + "/" + _key(row["tid"], row["tid_label"])] = label
 
     # -- between passes -------------------------------------------------------------
-    def finalize(self, op_tables: Iterable[pa.Table]) -> None:
+    def finalize(self, op_tables: Iterable[pa.Table], events: int) -> None:
+        """Link the API calls to their operators (``events``: the trace's number of events)."""
         # Memory grows with the API calls (tens of MiB on a 1 GB trace): every array goes as
         # soon as nothing needs it, before the next large one is made.
         self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
-        resolver = _OpResolver(self.api, self.gpu)  # keeps sorted copies of the External ids
+        resolver = _OpResolver(self.api, self.gpu, events)  # keeps sorted copies of the External ids
         del self.api["ext"], self.gpu["ext"], self.gpu["corr"]
+        # A chunk's operators at a time: batches of 16k rows were 0.2 s faster on the 1 GB trace
+        # and needed 10 MiB more (the pairs of operator and API call each batch expands to).
         for ops in op_tables:
             resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
         self.api["op_eid"], self.api["op_name"] = resolver.api_result()
@@ -182,6 +187,7 @@ class LinkIndex:
         corr = self.api.pop("corr")
         self._by_corr = SortedKeys(np.where(corr >= 0, corr, -2))
         del corr, self.api["pid"]
+        self.api["event_id"] = self.api["event_id"].astype(np.int64)  # searched with int64 ids
         self._by_api_eid = SortedKeys(self.api["event_id"])
         self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
         # Codes, operator event ids and thread ids in 32 bits where they fit (pass 2 widens what it takes).
@@ -270,22 +276,26 @@ def _lookup(codes: I64, values: list[str | None]) -> pa.Array:
 class _OpResolver:
     """Streams operator batches past the API calls: External-id matches and innermost enclosing ops."""
 
-    def __init__(self, api: dict[str, I64], gpu: dict[str, I64]) -> None:
+    def __init__(self, api: dict[str, I64], gpu: dict[str, I64], events: int) -> None:
+        """``events``: the trace's number of events (event ids are below it)."""
         self.api = api
         n = len(api["event_id"])
+        # Results as event ids and name codes in 32 bits where they fit (the state of this
+        # class is the peak of the whole conversion on traces with many API calls).
+        ids = _id_type(events)
         usable = (api["ext"] >= 0) & (api["ext"] != api["corr"])
         self.ext_q = _Sorted(np.where(usable, api["ext"], -1), usable)
         g_usable = (gpu["ext"] >= 0) & (gpu["ext"] != gpu["corr"])
         self.gpu_q = _Sorted(np.where(g_usable, gpu["ext"], -1), g_usable)
-        self.ext_eid, self.ext_name = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-        self.gpu_ext_eid = np.full(len(gpu["event_id"]), -1, np.int64)
-        self.gpu_ext_name = np.full(len(gpu["event_id"]), -1, np.int64)
+        self.ext_eid, self.ext_name = np.full(n, -1, ids), np.full(n, -1, np.int32)
+        self.gpu_ext_eid = np.full(len(gpu["event_id"]), -1, ids)
+        self.gpu_ext_name = np.full(len(gpu["event_id"]), -1, np.int32)
         self.best = {
             flag: (
                 np.full(n, np.iinfo(np.int64).min, np.int64),
                 np.full(n, -1, np.int64),
-                np.full(n, -1, np.int64),
-                np.full(n, -1, np.int64),
+                np.full(n, -1, ids),
+                np.full(n, -1, np.int32),
             )
             for flag in (0, 1)
         }
@@ -296,7 +306,7 @@ class _OpResolver:
         self.t0 = int(api["start"].min()) if n else 0
         self.span = int(max(api["end"].max() - self.t0, 0)) + 2 if n else 1
         key = codes * self.span + (api["start"] - self.t0) if n else codes
-        self.order = np.argsort(key, kind="stable")
+        self.order = np.argsort(key, kind="stable").astype(_id_type(n))
         self.sorted_key = key[self.order]
 
     def feed(self, ops: dict[str, I64]) -> None:
@@ -340,7 +350,7 @@ class _OpResolver:
         return lut[inverse]
 
     @staticmethod
-    def _improve(best: tuple[I64, I64, I64, I64], ops: dict[str, I64], op_i: I64, j: I64) -> None:
+    def _improve(best: tuple[I64, I64, Ints, Ints], ops: dict[str, I64], op_i: I64, j: I64) -> None:
         """Innermost = latest start, then earliest end; keep the best per API call."""
         b_start, b_end, b_eid, b_name = best
         order = np.lexsort((-ops["end"][op_i], ops["start"][op_i], j))
@@ -357,7 +367,7 @@ class _OpResolver:
             ops["name"][op_i],
         )
 
-    def api_result(self) -> tuple[I64, I64]:
+    def api_result(self) -> tuple[Ints, Ints]:
         eid, name = self.ext_eid.copy(), self.ext_name.copy()
         for flag in (1, 0):
             _, _, b_eid, b_name = self.best[flag]
@@ -372,7 +382,7 @@ class _Sorted:
     def __init__(self, keys: I64, valid: Any) -> None:
         idx = np.flatnonzero(valid)
         order = np.argsort(keys[idx], kind="stable")
-        self.idx, self.keys = idx[order], keys[idx][order]
+        self.idx, self.keys = idx[order].astype(_id_type(len(keys))), keys[idx][order]
 
     def matches(self, probe: I64) -> tuple[I64, I64]:
         """(probe index, query index) for every equal pair."""
@@ -394,6 +404,7 @@ def _unique_pairs(pid: I64, tid: I64) -> tuple[list[tuple[int, int]], I64]:
     Ids that fit in 32 bits (all real ones but legacy 64-bit thread ids) are packed into one
     int64 for a plain sort, many times faster than numpy's unique over rows.
     """
+    pid, tid = pid.astype(np.int64, copy=False), tid.astype(np.int64, copy=False)
     fits = pid.min() >= -_HALF and pid.max() < _HALF and tid.min() >= -_HALF and tid.max() < _HALF
     if fits:
         keys, inverse = np.unique((pid << 32) + (tid + _HALF), return_inverse=True)
@@ -410,6 +421,11 @@ def _gather(values: I64 | None, idx: I64) -> I64:
 
 
 _INT32 = np.iinfo(np.int32)
+
+
+def _id_type(bound: int) -> type[np.signedinteger[Any]]:
+    """The integer type for values in ``[-1, bound)``: 32 bits where they fit."""
+    return np.int32 if bound <= _INT32.max else np.int64
 
 
 def _narrow(values: I64) -> I64:

@@ -146,7 +146,7 @@ class PytorchReader:
         try:
             self._describe(top, spill.min_start)
             try:
-                index.finalize(op_spill)
+                index.finalize(op_spill, self._events)
             finally:
                 op_spill.close()
             return_freed_memory()
