@@ -284,9 +284,9 @@ class _OpResolver:
         # class is the peak of the whole conversion on traces with many API calls).
         ids = _id_type(events)
         usable = (api["ext"] >= 0) & (api["ext"] != api["corr"])
-        self.ext_q = _Sorted(np.where(usable, api["ext"], -1), usable)
+        self.ext_q = _Sorted(api["ext"], usable)
         g_usable = (gpu["ext"] >= 0) & (gpu["ext"] != gpu["corr"])
-        self.gpu_q = _Sorted(np.where(g_usable, gpu["ext"], -1), g_usable)
+        self.gpu_q = _Sorted(gpu["ext"], g_usable)
         self.ext_eid, self.ext_name = np.full(n, -1, ids), np.full(n, -1, np.int32)
         self.gpu_ext_eid = np.full(len(gpu["event_id"]), -1, ids)
         self.gpu_ext_name = np.full(len(gpu["event_id"]), -1, np.int32)
@@ -302,12 +302,19 @@ class _OpResolver:
         self.threads: dict[tuple[int, int], int] = {}
         for pair in _unique_pairs(api["pid"], api["tid"])[0] if n else []:
             self.threads[pair] = len(self.threads)
-        codes = self._thread_codes(api["pid"], api["tid"])
         self.t0 = int(api["start"].min()) if n else 0
         self.span = int(max(api["end"].max() - self.t0, 0)) + 2 if n else 1
-        key = codes * self.span + (api["start"] - self.t0) if n else codes
-        self.order = np.argsort(key, kind="stable").astype(_id_type(n))
+        # (thread, start) as one sort key, made in place: arrays of every API call are the
+        # peak of the conversion here on a trace with many of them.
+        key = self._thread_codes(api["pid"], api["tid"])
+        key *= self.span
+        key += api["start"]
+        key -= self.t0
+        order = np.argsort(key, kind="stable")
+        self.order = order.astype(_id_type(n))
+        del order
         self.sorted_key = key[self.order]
+        del key
 
     def feed(self, ops: dict[str, I64]) -> None:
         self._ext(ops)
@@ -398,19 +405,25 @@ class _Sorted:
 _HALF = 1 << 31
 
 
-def _unique_pairs(pid: I64, tid: I64) -> tuple[list[tuple[int, int]], I64]:
+def _unique_pairs(pid: Ints, tid: Ints) -> tuple[list[tuple[int, int]], Ints]:
     """Distinct (pid, tid) pairs and each row's index into them.
 
     Ids that fit in 32 bits (all real ones but legacy 64-bit thread ids) are packed into one
-    int64 for a plain sort, many times faster than numpy's unique over rows.
+    int64 and hashed (Arrow's dictionary encoding: no sort, and only 32-bit indices besides
+    the packed keys), many times faster than numpy's unique over rows.
     """
-    pid, tid = pid.astype(np.int64, copy=False), tid.astype(np.int64, copy=False)
     fits = pid.min() >= -_HALF and pid.max() < _HALF and tid.min() >= -_HALF and tid.max() < _HALF
     if fits:
-        keys, inverse = np.unique((pid << 32) + (tid + _HALF), return_inverse=True)
+        packed = pid.astype(np.int64)  # a copy: shifted and added to in place
+        packed <<= 32
+        packed += tid
+        packed += _HALF
+        encoded = pc.dictionary_encode(pa.array(packed))
+        del packed
+        keys = encoded.dictionary.to_numpy()
         pairs = list(zip((keys >> 32).tolist(), ((keys & 0xFFFFFFFF) - _HALF).tolist(), strict=True))
-        return pairs, inverse.reshape(-1)
-    rows, inverse = np.unique(np.stack([pid, tid], 1), axis=0, return_inverse=True)
+        return pairs, encoded.indices.to_numpy()
+    rows, inverse = np.unique(np.stack([pid.astype(np.int64), tid.astype(np.int64)], 1), axis=0, return_inverse=True)
     return [(int(p), int(t)) for p, t in rows.tolist()], inverse.reshape(-1)
 
 
