@@ -143,3 +143,20 @@ def test_small_chunks_are_written_as_large_row_groups(tmp_path: Path, monkeypatc
         if pa.types.is_dictionary(a.type):  # each row group has a dictionary of its own
             a, b = a.cast(pa.string()), b.cast(pa.string())
         assert a.equals(b), name
+
+
+def test_parquet_pages_are_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 MiB pages (pyarrow's default) cost the writer thread ~6 MiB more for the args text."""
+    import traceconv.io as tio
+
+    seen: dict[str, object] = {}
+    real = tio.pq.ParquetWriter
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tio.pq, "ParquetWriter", recording)
+    tio.convert(TRACE, tmp_path / "t.parquet", workers=0)
+    assert seen["data_page_size"] == tio.DATA_PAGE <= 256 << 10
+    assert pq.read_table(tmp_path / "t.parquet").num_rows == 16079

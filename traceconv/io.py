@@ -52,6 +52,10 @@ ZSTD_COLUMNS = frozenset(
 COMPRESSION = {c.name: "zstd" if c.name in ZSTD_COLUMNS else "snappy" for c in S.COLUMNS}
 COMPRESSION_LEVEL = {name: 1 for name in ZSTD_COLUMNS}
 WRITE_BUFFER = 1 << 18
+# Data pages of 256 KiB instead of pyarrow's 1 MiB: writing the args text of a row group
+# (~4 MiB) took ~10 MiB of the writer thread's memory with 1 MiB pages, ~4 MiB with these;
+# the main process's peak RSS 128 -> 123 MiB on the 240 MB bench trace, same time, file 3% larger.
+DATA_PAGE = 1 << 18
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,6 +123,7 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
                 compression_level=COMPRESSION_LEVEL,
                 use_dictionary=DICTIONARY_COLUMNS,
                 write_statistics=STATISTICS_COLUMNS,
+                data_page_size=DATA_PAGE,
             ) as writer,
         ):
             # Handed over, not queued: the reader makes the next table while one is encoded, and no
