@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceconv
+from traceconv.errors import TraceconvError
 from traceconv.io import write_tables
 from traceconv.readers import pytorch
 from traceconv.readers.chunker import EventChunks
@@ -113,6 +114,9 @@ def test_spilled_tables_are_read_back_without_a_copy_in_the_heap(tmp_path: Path)
     assert back.equals(table) and segments.read(*where[0]).equals(table.slice(0, 7))
     assert copied < table.nbytes // 20, copied
     del back
+    os.truncate(tmp_path / "s.arrows", where[1][0] + 100)  # cut short by someone else
+    with pytest.raises(TraceconvError, match="cut short"):
+        segments.read(*where[1])  # an error, not a SIGBUS from a mapping past the end
     segments.remove()
     assert not (tmp_path / "s.arrows").exists()
 

@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.errors import TraceconvError
+
 SPILL_BYTES = 1 << 20
 
 
@@ -70,6 +72,12 @@ class SegmentFile:
         left the heap fragmented, and the process larger, as pass 2 went on)."""
         if self._source is None:
             self._source = open(self.path, "rb")  # noqa: SIM115 - closed by remove()
+        if pos + length > os.fstat(self._source.fileno()).st_size:  # mapped past its end: SIGBUS, not an error
+            raise TraceconvError(
+                self.path,
+                "(a temporary file of this conversion) was cut short while in use",
+                "keep cleaners off the temporary folder during a conversion, or set TMPDIR to another place",
+            )
         start = pos - pos % mmap.ALLOCATIONGRANULARITY
         view = mmap.mmap(self._source.fileno(), pos + length - start, access=mmap.ACCESS_READ, offset=start)
         return pa.ipc.open_stream(pa.py_buffer(view)[pos - start :]).read_all()
