@@ -25,19 +25,26 @@ from .conftest import FIXTURES
 TRACE = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
 
 
-def _pool_after_cli(tmp_path: Path, env: dict[str, str]) -> str:
-    """The Arrow memory pool a CLI conversion ran with (the CLI process imports nothing before main)."""
+def _after_cli(tmp_path: Path, env: dict[str, str], unset: str, printed: str) -> str:
+    """What ``printed`` (Python) says after a CLI conversion in a fresh process, with the
+    environment variable ``unset`` taken out of this one's and ``env`` added (the CLI
+    process imports nothing before main)."""
     code = (
-        "import sys; from traceconv.cli import main\n"
+        "import os, sys; from traceconv.cli import main\n"
         "assert 'pyarrow' not in sys.modules, 'pyarrow was imported before the CLI chose its allocator'\n"
         f"main(['ingest', {str(TRACE)!r}, '-o', {str(tmp_path / 'x.parquet')!r}, '--workers', '0'], "
         "standalone_mode=False)\n"
-        "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+        f"import numpy, pyarrow as pa; print({printed})"
     )
-    clean = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    clean = {k: v for k, v in os.environ.items() if k != unset}
     proc = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().splitlines()[-1]
+
+
+def _pool_after_cli(tmp_path: Path, env: dict[str, str]) -> str:
+    """The Arrow memory pool a CLI conversion ran with."""
+    return _after_cli(tmp_path, env, "ARROW_DEFAULT_MEMORY_POOL", "pa.default_memory_pool().backend_name")
 
 
 def test_the_cli_converts_with_the_c_allocator(tmp_path: Path) -> None:
@@ -50,22 +57,10 @@ def test_the_users_choice_of_arrow_pool_wins(tmp_path: Path) -> None:
     assert _pool_after_cli(tmp_path, {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc"
 
 
-def _blas_threads_after_cli(tmp_path: Path, env: dict[str, str]) -> str:
-    code = (
-        "import os; from traceconv.cli import main\n"
-        f"main(['ingest', {str(TRACE)!r}, '-o', {str(tmp_path / 'x.parquet')!r}, '--workers', '0'], "
-        "standalone_mode=False)\n"
-        "import numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'))"
-    )
-    clean = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    proc = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().splitlines()[-1]
-
-
 def test_the_cli_starts_no_blas_threads_unless_asked(tmp_path: Path) -> None:
-    assert _blas_threads_after_cli(tmp_path, {}) == "1"
-    assert _blas_threads_after_cli(tmp_path, {"OPENBLAS_NUM_THREADS": "3"}) == "3"
+    printed = "os.environ.get('OPENBLAS_NUM_THREADS')"
+    assert _after_cli(tmp_path, {}, "OPENBLAS_NUM_THREADS", printed) == "1"
+    assert _after_cli(tmp_path, {"OPENBLAS_NUM_THREADS": "3"}, "OPENBLAS_NUM_THREADS", printed) == "3"
 
 
 def test_importing_the_library_leaves_the_allocator_alone() -> None:
