@@ -61,6 +61,13 @@ def _count(db: sqlite3.Connection, table: str, where: str = "") -> int:
     return int(db.execute(f"SELECT count(*) FROM {table} {where}").fetchone()[0])
 
 
+def _epoch(db: sqlite3.Connection) -> int:
+    """The session's start in Unix-epoch nanoseconds, 0 for an export without it (times stay relative)."""
+    if not _count(db, "TARGET_INFO_SESSION_START_TIME"):
+        return 0
+    return int(db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0])
+
+
 def _rows(table: pa.Table, columns: list[str] | None = None, **equal: str) -> list[dict[str, Any]]:
     for key, value in equal.items():
         table = table.filter(pc.equal(table[key].cast(pa.string()), value))
@@ -122,7 +129,7 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             if "CUPTI_ACTIVITY_KIND_RUNTIME" in _tables(db)
             else None
         )
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] if session else 0
+        epoch = _epoch(db)
     assert {k: v for k, v in kinds.items()} == {k: v for k, v in want.items() if v}
     assert table["event_id"].to_pylist() == list(range(table.num_rows))
     assert set(table["source"].to_pylist()) <= {"nsys"}
@@ -134,7 +141,7 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
 
 def test_times_are_absolute_and_durations_exact(fixed: pa.Table) -> None:
     with _db(FIXED) as db:
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        epoch = _epoch(db)
         want = sorted(db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchall())
     rows = _rows(fixed, kind="memset")
     assert sorted((r["start_ns"] - epoch, r["end_ns"] - epoch) for r in rows) == want
@@ -191,7 +198,7 @@ def test_kernel_columns_equal_the_export(fixed: pa.Table) -> None:
                 "JOIN StringIds s ON s.id = k.shortName"
             ).fetchall()
         )
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        epoch = _epoch(db)
     got = sorted(
         (
             r["start_ns"] - epoch,
@@ -324,7 +331,7 @@ def test_launch_is_joined_within_the_process_in_a_two_process_export() -> None:
                 "AND k.globalPid = (r.globalTid & -16777216)"
             ).fetchall()
         )
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        epoch = _epoch(db)
         kernels = _count(db, "CUPTI_ACTIVITY_KIND_KERNEL")
     table = traceconv.read(path)
     ours = [r for r in _rows(table, kind="kernel") if r["launch_event_id"] is not None]
@@ -374,8 +381,7 @@ def test_profiler_overhead_rows_equal_the_export(path: Path) -> None:
             f"FROM {OVERHEAD} p LEFT JOIN StringIds s ON s.id = p.nameId"
         ).fetchall()
         extra = {r[1] for r in db.execute(f"PRAGMA table_info({OVERHEAD})")} - {"start", "end", "globalTid", "nameId"}
-        session = _count(db, "TARGET_INFO_SESSION_START_TIME")
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] if session else 0
+        epoch = _epoch(db)
     rows = _rows(traceconv.read(path), kind="overhead")
     got = [(r["start_ns"] - epoch, r["end_ns"] - epoch, r["pid"], r["tid"], r["name"]) for r in rows]
     assert len(want) > 0 and sorted(got) == sorted(want)
@@ -410,7 +416,7 @@ def test_cuda_event_records_are_linked_to_their_call_and_have_no_time(path: Path
         ).fetchall()
         mapped = {"deviceId", "contextId", "streamId", "correlationId", "globalPid"}
         extra = {r[1] for r in db.execute(f"PRAGMA table_info({CUDA_EVENT})")} - mapped
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        epoch = _epoch(db)
     rows = _rows(traceconv.read(path), category=CUDA_EVENT)
     gpu = ("device", "context", "stream", "correlation_id", "pid")
     got = [
@@ -447,7 +453,7 @@ def test_diagnostic_messages_are_instants_with_their_labels(path: Path) -> None:
             "JOIN ENUM_DIAGNOSTIC_SOURCE_TYPE s ON s.id = d.source "
             "JOIN ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE c ON c.id = d.timestampType"
         ).fetchall()
-        epoch = db.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
+        epoch = _epoch(db)
     rows = _rows(traceconv.read(path), category=DIAGNOSTIC)
     got = []
     for r in rows:

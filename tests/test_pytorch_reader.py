@@ -235,3 +235,13 @@ def test_thread_pairs_from_32_bit_ids() -> None:
     pairs, inverse = _unique_pairs(pid, tid)
     assert [pairs[i] for i in inverse] == [(7, 2**31 - 1), (7, -5), (2**31 - 1, 3), (7, 2**31 - 1)]
     assert _id_type(2**31 - 1) is np.int32 and _id_type(2**31) is np.int64
+
+
+def test_text_is_compares_each_distinct_value_once() -> None:
+    from traceconv.readers.arrow_util import text_is
+
+    values = pa.array(["user_annotation", None, "User_Annotation", "cpu_op", "user_annotation"])
+    for arr in (values, values.dictionary_encode(), pa.chunked_array([values.slice(0, 2), values.slice(2)])):
+        assert text_is(arr, "user_annotation").tolist() == [True, False, False, False, True]
+        assert text_is(arr, "user_annotation", fold=True).tolist() == [True, False, True, False, True]
+        assert not text_is(arr, "kernel").any()

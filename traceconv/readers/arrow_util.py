@@ -84,6 +84,16 @@ def dict_codes(arr: pa.Array) -> tuple[list[str | None], I64]:
     return values, to_numpy(enc.indices)
 
 
+def text_is(arr: pa.Array | pa.ChunkedArray, value: str, fold: bool = False) -> npt.NDArray[np.bool_]:
+    """Rows whose text is ``value`` (case-folded: ``fold``), as a numpy mask, decided once per
+    distinct value (a dictionary column is not cast row by row)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    distinct, codes = dict_codes(arr)
+    hits = [i for i, v in enumerate(distinct) if v is not None and (v.lower() if fold else v) == value]
+    return np.isin(codes, hits) if hits else np.zeros(len(arr), dtype=np.bool_)
+
+
 def constant(n: int, value: str) -> pa.DictionaryArray:
     """``n`` rows of one string, dictionary-encoded (zero indices into a one-entry dictionary)."""
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value]))

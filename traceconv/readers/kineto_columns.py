@@ -24,6 +24,7 @@ from traceconv.readers.arrow_util import (
     positions,
     raw_texts,
     spread,
+    text_is,
 )
 from traceconv.readers.kineto_decode import Decoded, GpuArgs, MemoryArgs
 from traceconv.readers.kineto_times import times_ns
@@ -183,9 +184,7 @@ def _int_id(v: Any) -> int | None:
 
 def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: pa.DictionaryArray, n: int) -> None:
     gpu = IS_GPU[kinds]
-    annot = np.asarray(
-        pc.equal(pc.utf8_lower(pc.fill_null(cols["category"].cast(pa.string()), "")), "gpu_user_annotation")
-    )
+    annot = text_is(cols["category"], "gpu_user_annotation", fold=True)
     idx = np.flatnonzero(gpu | annot)
     if len(idx) == 0:
         return

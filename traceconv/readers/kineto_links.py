@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.lean import return_freed_memory
-from traceconv.readers.arrow_util import I64, Ints, dict_codes, from_codes, to_numpy
+from traceconv.readers.arrow_util import I64, Ints, dict_codes, from_codes, text_is, to_numpy
 from traceconv.readers.kineto_columns import IS_GPU, KIND_CODE
 from traceconv.readers.links import SortedKeys
 
@@ -86,13 +86,10 @@ def _rows(table: pa.Table, names: list[str], mask: Any) -> pa.Table:
 
 
 def _equal(table: pa.Table, name: str, value: str, fold: bool = False) -> Any:
-    """Rows whose dictionary-encoded ``name`` is ``value`` (case-folded: ``fold``), as a numpy mask,
-    decided once per distinct value."""
+    """:func:`text_is` of column ``name``; no row where ``table`` leaves the column out."""
     if name not in table.column_names:
         return np.zeros(table.num_rows, dtype=np.bool_)
-    distinct, codes = dict_codes(table[name].combine_chunks())
-    hits = [i for i, v in enumerate(distinct) if v is not None and (v.lower() if fold else v) == value]
-    return np.isin(codes, hits) if hits else np.zeros(table.num_rows, dtype=np.bool_)
+    return text_is(table[name], value, fold)
 
 
 class LinkIndex:
@@ -445,7 +442,7 @@ def _narrow(values: I64) -> I64:
     """``values`` as int32 if every one fits (half the memory), else as they are."""
     if len(values) and (values.min() < _INT32.min or values.max() > _INT32.max):
         return values
-    return values.astype(np.int32)
+    return values.astype(np.int32, copy=False)
 
 
 def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:

@@ -1,7 +1,7 @@
 """Where pass-1 tables wait for pass 2: in memory while small, then in temporary Arrow IPC files.
 
-Each table is kept with its non-null columns only (most of the 62 unified columns are null
-in most rows: GPU details on CPU operators, links not yet resolved), and written as an IPC
+Each table is kept with the columns it has (pass 1 builds only those that hold a value:
+:func:`traceconv.schema.present`; most of the 62 are null in most rows), and written as an IPC
 stream of its own, so that tables of different columns can follow each other in one file
 and be read back one at a time. Worker processes write segments to files of their own and
 the main process reads them back in chunk order (:meth:`Spill.add_segment`).
@@ -22,14 +22,6 @@ import pyarrow.compute as pc
 from traceconv.errors import TraceconvError
 
 SPILL_BYTES = 1 << 20
-
-
-def narrow(table: pa.Table) -> pa.Table:
-    """Drop the columns that are null in every row (:func:`traceconv.schema.conform` restores them)."""
-    if table.num_rows == 0:
-        return table
-    keep = [i for i, col in enumerate(table.columns) if col.null_count < table.num_rows]
-    return table.select(keep) if len(keep) < table.num_columns else table
 
 
 def temporary_path() -> str:
@@ -122,7 +114,6 @@ class Spill:
 
     def append(self, table: pa.Table) -> None:
         self._start(min_start(table))
-        table = narrow(table)
         if self._file is None and self._bytes + table.nbytes <= self._memory:
             self._entries.append((table,))
             self._bytes += table.nbytes
