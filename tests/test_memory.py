@@ -146,16 +146,51 @@ def test_small_chunks_are_written_as_large_row_groups(tmp_path: Path, monkeypatc
 
 def test_parquet_pages_are_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """1 MiB pages (pyarrow's default) cost the writer thread ~6 MiB more for the args text."""
+    import pyarrow._parquet as _pq
+
     import traceconv.io as tio
 
     seen: dict[str, object] = {}
-    real = tio.pq.ParquetWriter
+    real = _pq.ParquetWriter
 
     def recording(*args: object, **kwargs: object) -> object:
         seen.update(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tio.pq, "ParquetWriter", recording)
+    monkeypatch.setattr(_pq, "ParquetWriter", recording)
     tio.convert(TRACE, tmp_path / "t.parquet", workers=0)
     assert seen["data_page_size"] == tio.DATA_PAGE <= 256 << 10
     assert pq.read_table(tmp_path / "t.parquet").num_rows == 16079
+
+
+def test_writer_is_pyarrow_parquets_without_its_filesystems(tmp_path: Path) -> None:
+    """The writer class made directly writes the very bytes pyarrow.parquet's wrapper writes, and
+    a conversion never imports pyarrow.fs (S3, GCS, Azure, HDFS, OpenSSL: ~7.5 MiB of RSS)."""
+    import traceconv.io as tio
+    from traceconv import schema as S
+
+    table = pa.concat_tables(pytorch.PytorchReader(TRACE, workers=0).tables()).slice(0, 5000)
+    options = {"compression": tio.COMPRESSION, "compression_level": tio.COMPRESSION_LEVEL}
+    options |= {"use_dictionary": tio.DICTIONARY_COLUMNS, "write_statistics": tio.STATISTICS_COLUMNS}
+    options |= {"data_page_size": tio.DATA_PAGE}
+    written = []
+    for make in (tio._parquet_writer, lambda sink, **o: pq.ParquetWriter(sink, S.SCHEMA, **o)):
+        path = tmp_path / f"{len(written)}.parquet"
+        with pa.output_stream(path, compression=None) as sink:
+            writer = make(sink, **options)
+            writer.write_table(table, row_group_size=2000)
+            writer.add_key_value_metadata({b"k": b"v"})
+            writer.close()
+        written.append(path.read_bytes())
+    assert written[0] == written[1] and len(written[0]) > 100_000
+
+    code = (
+        "import sys; from traceconv.cli import main\n"
+        f"try: main(['ingest', {str(TRACE)!r}, '-o', {str(tmp_path / 'c.parquet')!r}, '--workers', '1'])\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pyarrow.')))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = run.stdout.splitlines()[-1]
+    assert "pyarrow._parquet" in loaded and "pyarrow.fs" not in loaded and "pyarrow.parquet" not in loaded
+    assert pq.read_table(tmp_path / "c.parquet").num_rows == 16079

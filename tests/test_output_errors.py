@@ -7,10 +7,10 @@ import os
 import tempfile
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from traceconv import io as tio
 from traceconv.cli import main
 from traceconv.readers import spill
 
@@ -23,12 +23,25 @@ def _disk_full(*args: object, **kwargs: object) -> None:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+class _FullDiskWriter:
+    """A Parquet writer whose row groups find the disk full (its other methods are real)."""
+
+    def __init__(self, real: object) -> None:
+        self._real = real
+
+    write_table = staticmethod(_disk_full)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
 @pytest.mark.parametrize("where", ["parquet", "spill"])
 def test_disk_full_is_one_clear_line(where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     if where == "parquet":
-        monkeypatch.setattr(pq.ParquetWriter, "write_table", _disk_full)
+        real = tio._parquet_writer
+        monkeypatch.setattr(tio, "_parquet_writer", lambda *a, **k: _FullDiskWriter(real(*a, **k)))
     else:
         monkeypatch.setattr(spill, "SPILL_BYTES", 0)
         monkeypatch.setattr(spill.Spill.__init__, "__defaults__", (0,))

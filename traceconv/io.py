@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
@@ -56,6 +55,15 @@ WRITE_BUFFER = 1 << 18
 # (~4 MiB) took ~10 MiB of the writer thread's memory with 1 MiB pages, ~4 MiB with these;
 # the main process's peak RSS 128 -> 123 MiB on the 240 MB bench trace, same time, file 3% larger.
 DATA_PAGE = 1 << 18
+# What pyarrow.parquet.ParquetWriter passes to the class it wraps, where our options do not
+# say otherwise (see ``_parquet_writer``).
+WRITER_DEFAULTS: dict[str, Any] = {
+    "version": "2.6",
+    "writer_engine_version": "V2",
+    "data_page_version": "1.0",
+    "use_compliant_nested_type": True,
+    "store_schema": True,
+}
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,29 +122,31 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
         # repeats, and trying to dictionary-encode it costs time and size. A buffered stream:
         # the writer asks for its position before every page (an lseek on a plain file, 6% of
         # its time) and writes in small pieces.
-        with (
-            pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink,
-            pq.ParquetWriter(
+        with pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink:
+            writer = _parquet_writer(
                 sink,
-                S.SCHEMA,
                 compression=COMPRESSION,
                 compression_level=COMPRESSION_LEVEL,
                 use_dictionary=DICTIONARY_COLUMNS,
                 write_statistics=STATISTICS_COLUMNS,
                 data_page_size=DATA_PAGE,
-            ) as writer,
-        ):
-            # Handed over, not queued: the reader makes the next table while one is encoded, and no
-            # third waits (the writer is the slower side: a queue holds memory and gains no speed).
-            background = BackgroundWriter(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=0)
+            )
             try:
-                for table in tables:
-                    _tally(result, table)
-                    background.put(table)
-                    del table  # not kept while the reader makes the next one
+                # Handed over, not queued: the reader makes the next table while one is encoded, and no
+                # third waits (the writer is the slower side: a queue holds memory and gains no speed).
+                background = BackgroundWriter(
+                    lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=0
+                )
+                try:
+                    for table in tables:
+                        _tally(result, table)
+                        background.put(table)
+                        del table  # not kept while the reader makes the next one
+                finally:
+                    background.close()
+                writer.add_key_value_metadata(_metadata(reader, result))
             finally:
-                background.close()
-            writer.add_key_value_metadata(_metadata(reader, result))
+                writer.close()
         os.replace(tmp, out)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
@@ -155,6 +165,26 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
         raise
     result.info = reader.info
     return result
+
+
+def _parquet_writer(sink: pa.NativeFile, **options: Any) -> Any:
+    """The class that ``pyarrow.parquet.ParquetWriter`` wraps, made as that wrapper makes it.
+
+    Importing ``pyarrow.parquet`` imports ``pyarrow.fs``, which loads the S3, GCS, Azure and
+    HDFS filesystems, OpenSSL and libcrypto: ~7.5 MiB of RSS in the converting process (and
+    in its worker) for code that a write to a local stream never runs. Where this pyarrow
+    has no such class or it takes other options, the public wrapper does the same work.
+    """
+    try:
+        from pyarrow._parquet import ParquetWriter
+
+        if not hasattr(ParquetWriter, "add_key_value_metadata"):
+            raise ImportError("pyarrow._parquet.ParquetWriter without add_key_value_metadata")
+        return ParquetWriter(sink, S.SCHEMA, **WRITER_DEFAULTS, **options)
+    except (ImportError, TypeError):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(sink, S.SCHEMA, **options)
 
 
 def _no_space(exc: OSError) -> bool:
@@ -183,6 +213,8 @@ def read(path: Path, fmt: str | None = None, **options: Any) -> pa.Table:
 
 # -- reading traceconv Parquet ----------------------------------------------------------
 def file_metadata(path: Path) -> dict[bytes, bytes]:
+    import pyarrow.parquet as pq  # not at the top: see _parquet_writer
+
     try:
         meta = pq.read_metadata(path).metadata or {}
     except (OSError, pa.ArrowInvalid) as exc:
