@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -197,6 +200,96 @@ def test_operator_links_enclose_the_launch(path: Path) -> None:
     gpu = df[df["kind"].isin(["kernel", "memcpy", "memset"]) & df["launch_event_id"].notna()]
     launches = rows.loc[gpu["launch_event_id"].astype("int64")]
     assert (launches["op_event_id"].fillna(-1).to_numpy() == gpu["op_event_id"].fillna(-1).to_numpy()).all()
+
+
+def _expected_operators(df: Any) -> tuple[list[set[int]], Counter[str]]:
+    """Each API call's operator by the documented rules, found by brute force: the operators its
+    External id names that enclose it on its thread (when the id is not its correlation id); else
+    the innermost enclosing ``cpu_op`` (latest start, then earliest end); else the innermost
+    enclosing user annotation. Equal ranges tie: any of them is right."""
+    thread = [df[c].astype(object).fillna(df[c + "_label"].astype(object)).astype(str) for c in ("pid", "tid")]
+    key = (thread[0] + "/" + thread[1]).to_numpy()
+    start, end = df["start_ns"].to_numpy("int64"), df["end_ns"].fillna(-1).to_numpy("int64")
+    ext = df["external_id"].fillna(-1).to_numpy("int64")
+    corr = df["correlation_id"].fillna(-1).to_numpy("int64")
+    eid = df["event_id"].to_numpy("int64")
+    kind = df["kind"].astype(str).to_numpy()
+    annotation = df["category"].astype(str).str.lower().to_numpy() == "user_annotation"
+    is_op = ((kind == "cpu_op") | annotation) & (end >= start)
+    ops_of = {k: np.flatnonzero(is_op & (key == k)) for k in set(key[kind == "cuda_api"])}
+    expected: list[set[int]] = []
+    rules: Counter[str] = Counter()
+    for i in np.flatnonzero(kind == "cuda_api"):
+        ops = ops_of[key[i]]
+        ops = ops[(start[ops] <= start[i]) & (start[i] <= end[ops])]  # the operators enclosing the call
+        named = ops[ext[ops] == ext[i]] if ext[i] >= 0 and ext[i] != corr[i] else ops[:0]
+        if len(named):
+            rules["external id"] += 1
+            expected.append(set(eid[named].tolist()))
+            continue
+        for rule, pool in (("cpu_op", ops[kind[ops] == "cpu_op"]), ("annotation", ops[annotation[ops]])):
+            if len(pool):
+                latest = pool[start[pool] == start[pool].max()]
+                innermost = latest[end[latest] == end[latest].min()]
+                rules[rule] += 1
+                expected.append(set(eid[innermost].tolist()))
+                break
+        else:
+            rules["none"] += 1
+            expected.append(set())
+    return expected, rules
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_ids)
+def test_operator_is_the_one_the_rules_choose(path: Path) -> None:
+    df = traceconv.read(path).to_pandas()
+    expected, rules = _expected_operators(df)
+    got = df.loc[df["kind"] == "cuda_api", "op_event_id"].to_numpy()
+    wrong = [(g, e) for g, e in zip(got, expected, strict=True) if not _agrees(g, e)]
+    assert not wrong, (rules, wrong[:5])
+
+
+def _agrees(got: Any, expected: set[int]) -> bool:
+    return (got is pd.NA or pd.isna(got)) if not expected else (not pd.isna(got) and int(got) in expected)
+
+
+def test_operator_rules_are_all_exercised() -> None:
+    """The corpus has API calls that each rule decides (else the test above proves little)."""
+    seen: Counter[str] = Counter()
+    for path in TRACES:
+        seen += _expected_operators(traceconv.read(path).to_pandas())[1]
+    assert all(seen[rule] > 0 for rule in ("external id", "cpu_op", "annotation", "none")), seen
+
+
+def test_operator_preferences_hand_made(tmp_path: Path) -> None:
+    """Hand-made (no real trace has an External id naming an outer operator): the named operator
+    beats the innermost cpu_op, which beats an enclosing annotation, which is kept for calls that
+    no cpu_op encloses."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "ts": 0, "dur": 100, "args": {"External id": 5}},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "ts": 10, "dur": 50, "args": {"External id": 6}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "named",
+            "ts": 20,
+            "dur": 5,
+            "args": {"External id": 5, "correlation": 9},
+        },
+        {"ph": "X", "cat": "cuda_runtime", "name": "enclosed", "ts": 30, "dur": 5, "args": {"correlation": 10}},
+        {"ph": "X", "cat": "user_annotation", "name": "step", "ts": 0, "dur": 500, "args": {}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "annotated", "ts": 200, "dur": 5, "args": {"correlation": 11}},
+    ]
+    path = tmp_path / "preferences.json"
+    path.write_text(json.dumps({"traceEvents": [{"pid": 1, "tid": 1, **e} for e in events]}))
+    rows = pa.concat_tables(PytorchReader(path, workers=0).tables()).to_pylist()
+    by_name = {r["name"]: r for r in rows}
+    assert {r["name"]: r["op_name"] for r in rows if r["kind"] == "cuda_api"} == {
+        "named": "outer",
+        "enclosed": "inner",
+        "annotated": "step",
+    }
+    assert by_name["named"]["op_event_id"] == by_name["outer"]["event_id"]
 
 
 def test_modern_external_ids_name_the_operator() -> None:
