@@ -53,6 +53,28 @@ def test_timestamps_exact_to_the_nanosecond(path: Path) -> None:
             assert durs[i] == to_ns(event["dur"]), (i, event)
 
 
+def _int64(value: Any) -> int | None:
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_ids)
+def test_correlation_and_external_ids_are_the_arguments(path: Path) -> None:
+    """Each row's ids are its event's arguments ("External id" in any capitals, "correlation"),
+    for the kinds that carry them, read independently with the standard json module."""
+    doc = load(path)
+    table = traceconv.read(path)
+    got = list(zip(table["external_id"].to_pylist(), table["correlation_id"].to_pylist(), strict=True))
+    for i, event in enumerate(doc["traceEvents"]):
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        kind = expected_kind(event)
+        ext = next((v for k, v in args.items() if k.lower() == "external id"), None)
+        want = (
+            _int64(ext) if kind not in ("python", "memory") else None,
+            _int64(args.get("correlation")) if kind not in ("python", "memory", "cpu_op") else None,
+        )
+        assert got[i] == want, (i, event)
+
+
 def test_absolute_fractional_microseconds_keep_every_digit() -> None:
     path = next((p for p in TRACES if "ns_resolution" in p.name), None)
     if path is None:

@@ -101,7 +101,9 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     cols["flow_id"] = numbers([e.id for e in events], pa.int64())
     cols["args"] = _utf8(raw_texts([e.args for e in events]), ctx.repairs)
     cols["correlation_id"] = _arg_int(cols["args"], r'"correlation":\s*(?P<v>-?\d+)', kinds, _NO_CORRELATION)
-    cols["external_id"] = _arg_int(cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)', kinds, _NO_EXTERNAL_ID)
+    cols["external_id"] = _arg_int(
+        cols["args"], r'"(?i:external id)":\s*(?P<v>-?\d+)', kinds, _NO_EXTERNAL_ID, usually_first=True
+    )
     cols["api_class"] = from_codes(api_class, _API_LABELS)
     _gpu_detail(cols, decoded, kinds, name, n)
     _memory_detail(cols, decoded, kinds, n)
@@ -122,13 +124,29 @@ def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:
         return pa.array(fixed, pa.string())
 
 
-def _arg_int(args: pa.Array, pattern: str, kinds: I64, skipped: npt.NDArray[np.bool_]) -> pa.Array:
+def _arg_int(
+    args: pa.Array, pattern: str, kinds: I64, skipped: npt.NDArray[np.bool_], usually_first: bool = False
+) -> pa.Array:
     """One integer argument, found by a regular expression over the JSON text (C++ speed), for
-    the events not of the ``skipped`` kinds (null for those)."""
+    the events not of the ``skipped`` kinds (null for those).
+
+    ``usually_first``: the argument is usually the first in the object (Kineto writes
+    ``External id`` first), so the pattern is tried there first: a match anchored at the start
+    costs a third of a search (~100 ns against ~270 ns a row) and is the same leftmost match;
+    only the rows where it fails are searched throughout.
+    """
     searched = ~skipped[kinds]
     every = bool(searched.all())
     idx = np.flatnonzero(searched)
-    text = pc.struct_field(pc.extract_regex(args if every else args.take(pa.array(idx)), pattern), [0])
+    args = args if every else args.take(pa.array(idx))
+    if usually_first:
+        text = pc.struct_field(pc.extract_regex(args, r"^\{\s*" + pattern), [0])
+        missed = pc.and_(text.is_null(), args.is_valid())
+        if pc.any(missed).as_py():
+            rest = pc.struct_field(pc.extract_regex(args.filter(missed), pattern), [0])
+            text = pc.replace_with_mask(text, missed, rest)
+    else:
+        text = pc.struct_field(pc.extract_regex(args, pattern), [0])
     try:
         values = text.cast(pa.int64())
     except pa.ArrowInvalid:  # past int64: null here, kept in the args text
@@ -189,31 +207,33 @@ def _gpu_detail(cols: dict[str, pa.Array], decoded: Decoded, kinds: I64, name: p
     if len(idx) == 0:
         return
     args = _arg_columns(decoded, idx, GpuArgs)
-    pos = positions(n, idx)
+    at = pa.array(idx)
 
     def field(attr: str, typ: pa.DataType) -> pa.Array:
-        return spread(numbers(args[attr], typ), pos)
+        return numbers(args[attr], typ)
 
-    def dim(attr: str, k: int) -> pa.Array:
-        return spread(_element(args[attr], k), pos)
-
-    pid_dev, tid_stream = cols["pid"].take(pa.array(idx)), _stream_from_tid(cols, idx)
-    cols["device"] = pc.coalesce(field("device", pa.int32()), spread(pid_dev.cast(pa.int32()), pos))
-    cols["stream"] = pc.coalesce(field("stream", pa.int64()), spread(tid_stream, pos))
-    cols["context"] = field("context", pa.int64())
-    for axis, k in (("x", 0), ("y", 1), ("z", 2)):
-        cols[f"grid_{axis}"], cols[f"block_{axis}"] = dim("grid", k), dim("block", k)
-    cols["registers_per_thread"] = field("registers", pa.int32())
-    cols["shared_memory_bytes"] = field("shared_memory", pa.int64())
-    cols["blocks_per_sm"] = field("blocks_per_sm", pa.float64())
-    cols["warps_per_sm"] = field("warps_per_sm", pa.float64())
-    cols["occupancy_pct"] = pc.coalesce(field("occupancy", pa.float64()), field("theoretical_occupancy", pa.float64()))
-    cols["bytes"] = field("bytes", pa.int64())
-    cols["src_device"] = field("from_device", pa.int32())
-    cols["dst_device"] = field("to_device", pa.int32())
-    dur = cols["dur_ns"]
-    computed = pc.divide(pc.cast(cols["bytes"], pa.float64()), pc.if_else(pc.greater(dur, 0), dur, None))
-    cols["bandwidth_gbps"] = pc.coalesce(field("bandwidth", pa.float64()), computed)
+    # The columns at the GPU rows first, then spread to every row in one take.
+    sub = {
+        "device": pc.coalesce(field("device", pa.int32()), cols["pid"].take(at).cast(pa.int32())),
+        "stream": pc.coalesce(field("stream", pa.int64()), _stream_from_tid(cols, idx)),
+        "context": field("context", pa.int64()),
+    }
+    for axis, grid, block in zip("xyz", _elements(args["grid"], 3), _elements(args["block"], 3), strict=True):
+        sub[f"grid_{axis}"], sub[f"block_{axis}"] = grid, block
+    sub["registers_per_thread"] = field("registers", pa.int32())
+    sub["shared_memory_bytes"] = field("shared_memory", pa.int64())
+    sub["blocks_per_sm"] = field("blocks_per_sm", pa.float64())
+    sub["warps_per_sm"] = field("warps_per_sm", pa.float64())
+    sub["occupancy_pct"] = pc.coalesce(field("occupancy", pa.float64()), field("theoretical_occupancy", pa.float64()))
+    sub["bytes"] = field("bytes", pa.int64())
+    sub["src_device"] = field("from_device", pa.int32())
+    sub["dst_device"] = field("to_device", pa.int32())
+    dur = cols["dur_ns"].take(at)
+    computed = pc.divide(pc.cast(sub["bytes"], pa.float64()), pc.if_else(pc.greater(dur, 0), dur, None))
+    sub["bandwidth_gbps"] = pc.coalesce(field("bandwidth", pa.float64()), computed)
+    batch = pa.RecordBatch.from_pydict(sub)
+    pos = positions(n, idx)
+    cols.update(zip(batch.schema.names, (batch if pos is None else batch.take(pos)).columns, strict=True))
     _copy_kinds(cols, name, kinds)
 
 
@@ -274,13 +294,17 @@ def _arg_columns(decoded: Decoded, idx: I64, cls: type[GpuArgs] | type[MemoryArg
 _LIST = pa.list_(pa.int64())
 
 
-def _element(values: Sequence[Any], k: int) -> pa.Array:
-    """Element ``k`` of list values (grid, block) as int32; null where absent or not an int32."""
+def _elements(values: Sequence[Any], count: int) -> list[pa.Array]:
+    """Elements ``0..count-1`` of list values (grid, block) as int32 arrays; null where absent
+    or not an int32. The lists are converted once for all the elements."""
     try:  # the common case: integer lists as long as Kineto writes them, converted at C speed
         arr = pa.array(values, _LIST)
         shortest = pc.min(pc.list_value_length(arr)).as_py()
-        if shortest is None or shortest > k:
-            return pc.list_element(arr, k).cast(pa.int32())
+        if shortest is None or shortest >= count:
+            return [pc.list_element(arr, k).cast(pa.int32()) for k in range(count)]
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
-    return numbers([v[k] if isinstance(v, list) and len(v) > k else None for v in values], pa.int32())
+    return [
+        numbers([v[k] if isinstance(v, list) and len(v) > k else None for v in values], pa.int32())
+        for k in range(count)
+    ]
