@@ -17,7 +17,6 @@ from msgspec.structs import astuple
 from traceconv import schema as S
 from traceconv.readers.arrow_util import (
     I64,
-    dict_codes,
     from_codes,
     member_table,
     numbers,
@@ -25,6 +24,7 @@ from traceconv.readers.arrow_util import (
     raw_texts,
     spread,
     text_is,
+    to_numpy,
 )
 from traceconv.readers.kineto_decode import Decoded, GpuArgs, MemoryArgs
 from traceconv.readers.kineto_times import times_ns
@@ -83,14 +83,14 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
     events = decoded.events
     n = len(events)
     cols: dict[str, pa.Array] = {}
-    ph = pa.array([e.ph for e in events], pa.string())
-    cat = pa.array([e.cat for e in events], pa.string())
+    ph = pa.array([e.ph for e in events], pa.string()).dictionary_encode()
+    cat = pa.array([e.cat for e in events], pa.string()).dictionary_encode()
     name = pa.array([e.name for e in events], pa.string()).dictionary_encode()
     kinds, api_class = _kinds(ph, cat, name)
     cols["event_id"] = pa.array(np.arange(ctx.first_event_id, ctx.first_event_id + n, dtype=np.int64))
     cols["kind"] = from_codes(kinds, S.KINDS)
-    cols["category"] = cat.dictionary_encode()
-    cols["phase"] = ph.dictionary_encode()
+    cols["category"] = cat
+    cols["phase"] = ph
     cols["name"] = name
     _ids(cols, [e.pid for e in events], "pid")
     _ids(cols, [e.tid for e in events], "tid")
@@ -156,24 +156,24 @@ def _arg_int(
     return values if every else spread(values, positions(len(kinds), idx))
 
 
-def _kinds(ph: pa.Array, cat: pa.Array, name: pa.DictionaryArray) -> tuple[I64, I64]:
+def _kinds(ph: pa.DictionaryArray, cat: pa.DictionaryArray, name: pa.DictionaryArray) -> tuple[I64, I64]:
     """Each event's kind code, and its ``api_class`` code (-1 but for CUDA API calls), decided
-    once per distinct (phase, category) pair."""
-    keys = pc.binary_join_element_wise(pc.fill_null(ph, ""), pc.fill_null(cat, "\x00"), "\x01")
-    distinct, codes = dict_codes(keys)
-    kind_lut = np.empty(len(distinct), dtype=np.int64)
-    api_lut = np.full(len(distinct), -1, dtype=np.int64)
-    for i, key in enumerate(distinct):
-        p, _, c = (key or "").partition("\x01")
-        category = None if c == "\x00" else c
-        kind_lut[i] = KIND_CODE[kind_of(p, category)]
-        api_lut[i] = _API_CLASS_CODE.get((category or "").lower(), -1)
-    kinds = kind_lut[codes]
+    once per distinct (phase, category) pair: a table indexed by the two dictionary codes."""
+    phases = [p or "" for p in ph.dictionary.to_pylist()] + [""]  # the last entry: null (code -1)
+    categories = [*cat.dictionary.to_pylist(), None]
+    kind_lut = np.empty((len(phases), len(categories)), dtype=np.int64)
+    api_lut = np.empty((len(phases), len(categories)), dtype=np.int64)
+    for i, p in enumerate(phases):
+        for j, c in enumerate(categories):
+            kind_lut[i, j] = KIND_CODE[kind_of(p, c)]
+            api_lut[i, j] = _API_CLASS_CODE.get((c or "").lower(), -1)
+    ph_code, cat_code = to_numpy(ph.indices), to_numpy(cat.indices)  # -1 (null) picks the last entry
+    kinds = kind_lut[ph_code, cat_code]
     names = name.dictionary.to_pylist()
     if "[memory]" in names:
         is_mem = np.asarray(pc.equal(name.indices, names.index("[memory]")).fill_null(False))
         kinds[is_mem] = KIND_CODE["memory"]
-    return kinds, np.where(kinds == KIND_CODE["cuda_api"], api_lut[codes], -1)
+    return kinds, np.where(kinds == KIND_CODE["cuda_api"], api_lut[ph_code, cat_code], -1)
 
 
 def _ids(cols: dict[str, pa.Array], values: list[Any], col: str) -> None:
