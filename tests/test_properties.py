@@ -316,12 +316,21 @@ def test_any_names_and_arguments_round_trip(edits: list[tuple[int, str, dict[str
         check_round_trip(path, doc)
 
 
+_WRAPS = 2**32  # an int64 probe that an int32 key equals once truncated: it must not match
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(-5, 40), max_size=60), st.lists(st.integers(-5, 45), max_size=30), st.booleans())
-def test_sorted_keys_find_the_first_equal_key(keys: list[int], probes: list[int], presorted: bool) -> None:
+@given(
+    st.lists(st.integers(-5, 40), max_size=60),
+    st.lists(st.integers(-5, 45) | st.sampled_from([_WRAPS, _WRAPS + 7, -_WRAPS + 3]), max_size=30),
+    st.booleans(),
+    st.sampled_from([np.int64, np.int32]),
+)
+def test_sorted_keys_find_the_first_equal_key(keys: list[int], probes: list[int], presorted: bool, dtype: type) -> None:
     """SortedKeys (pass 2's lookups) on keys in any order, and on keys already in order (kept
-    without a sorted copy): the index of the first equal key, or -1."""
-    values = np.array(sorted(keys) if presorted else keys, dtype=np.int64)
+    without a sorted copy), held in 64 or 32 bits and probed with 64-bit keys: the index of
+    the first equal key, or -1."""
+    values = np.array(sorted(keys) if presorted else keys, dtype=dtype)
     found = SortedKeys(values).find(np.array(probes, dtype=np.int64))
     expected = [values.tolist().index(p) if p in values.tolist() else -1 for p in probes]
     assert found.tolist() == expected

@@ -116,8 +116,8 @@ class LinkIndex:
         if "gpu" in parts:
             sub = parts["gpu"]
             for field, col in (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id")):
-                self._gpu[field].append(to_numpy(sub[col]))
-            self._gpu["event_id"][-1] = self._gpu["event_id"][-1] + event_offset
+                values = to_numpy(sub[col])
+                self._gpu[field].append(_narrow(values + event_offset if field == "event_id" else values))
         if "meta" in parts:
             self._names_from_metadata(parts["meta"])
         if "ops" not in parts:
@@ -152,7 +152,7 @@ class LinkIndex:
             if labels:
                 lut = self._code(labels)
                 store[field][-1] = np.where(codes >= 0, -2 - lut[np.maximum(codes, 0)], store[field][-1])
-        for field in ("event_id", "pid", "tid", "name"):  # 32 bits where they fit: kept until linked
+        for field in ("event_id", "pid", "tid", "name", "corr", "ext"):  # 32 bits where they fit: kept until linked
             store[field][-1] = _narrow(store[field][-1])
 
     def _names_from_metadata(self, meta: pa.Table) -> None:
@@ -188,7 +188,6 @@ class LinkIndex:
         corr = self.api.pop("corr")
         self._by_corr = SortedKeys(np.where(corr >= 0, corr, -2))
         del corr, self.api["pid"]
-        self.api["event_id"] = self.api["event_id"].astype(np.int64)  # searched with int64 ids
         self._by_api_eid = SortedKeys(self.api["event_id"])
         self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
         # Codes, operator event ids and thread ids in 32 bits where they fit (pass 2 widens what it takes).
@@ -408,7 +407,8 @@ class _Sorted:
     def __init__(self, keys: I64, valid: Any) -> None:
         idx = np.flatnonzero(valid)
         order = np.argsort(keys[idx], kind="stable")
-        self.idx, self.keys = idx[order].astype(_id_type(len(keys))), keys[idx][order]
+        # int64 like the probes (the operators' ids): searching narrower keys would widen them on every call
+        self.idx, self.keys = idx[order].astype(_id_type(len(keys))), keys[idx][order].astype(np.int64)
 
     def matches(self, probe: I64) -> tuple[I64, I64]:
         """(probe index, query index) for every equal pair."""

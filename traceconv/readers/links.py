@@ -35,12 +35,24 @@ class SortedKeys:
         self._order = order.astype(np.int32) if len(keys) < 2**31 else order
 
     def find(self, keys: I64) -> I64:
-        """Index of the first equal key for each of ``keys``, or -1."""
+        """Index of the first equal key for each of ``keys``, or -1.
+
+        Keys held in 32 bits are searched with 32-bit probes (a wider probe would make numpy
+        convert the whole sorted array on every call); a probe outside their range finds none.
+        """
         if len(self._sorted) == 0 or len(keys) == 0:
             return np.full(len(keys), -1, dtype=np.int64)
+        fits = None
+        if keys.dtype != self._sorted.dtype:
+            bounds = np.iinfo(self._sorted.dtype)
+            fits = (keys >= bounds.min) & (keys <= bounds.max)
+            keys = np.where(fits, keys, 0).astype(self._sorted.dtype)
         pos = np.minimum(np.searchsorted(self._sorted, keys, side="left"), len(self._sorted) - 1)
         at = pos if self._order is None else self._order[pos]
-        return np.where(self._sorted[pos] == keys, at, -1).astype(np.int64)
+        hit = self._sorted[pos] == keys
+        if fits is not None:
+            hit &= fits
+        return np.where(hit, at, -1).astype(np.int64)
 
 
 def _parents(start: I64, end: I64) -> I64:
