@@ -137,3 +137,23 @@ def test_args_of_many_distinct_rows_quote_their_labels() -> None:
         {"severity": "Warning", "timestamp": 1, "ratio": None},
         {"severity": "code 9", "timestamp": 2, "ratio": None},
     ]
+
+
+def test_invalid_utf8_text_is_kept_replaced_and_noted(tmp_path: Path) -> None:
+    """An NVTX name and a kernel name (interned in StringIds) that are not UTF-8: the report
+    still converts, with U+FFFD in place of the bad bytes, and a note says where."""
+    path = tmp_path / "hand_made_latin1.sqlite"
+    shutil.copy(FIXED, path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE NVTX_EVENTS SET text = CAST(X'6d6f64e86c' AS TEXT) WHERE rowid = 1")  # 'mod\xe8l'
+        (kernel,) = db.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+        db.execute("UPDATE StringIds SET value = CAST(X'7363616cff' AS TEXT) WHERE id = ?", (kernel,))
+    table = traceconv.read(path)
+    names = table["name"].cast(pa.string())
+    kinds = table["kind"].cast(pa.string())
+    nvtx = names.filter(pc.equal(kinds, "nvtx")).to_pylist()
+    kernels = names.filter(pc.equal(kinds, "kernel")).to_pylist()
+    assert "mod\ufffdl" in nvtx and "scal\ufffd" in kernels
+    assert "model_inference" in nvtx  # the other ranges keep their name
+    notes = json.loads(table.schema.metadata[b"traceconv.stats"])["notes"]
+    assert any("invalid UTF-8" in n and "NVTX_EVENTS 1" in n and "StringIds 1" in n for n in notes), notes

@@ -82,6 +82,9 @@ class NsysReader:
             strings = Strings(db)
             present = self._present(db, strings, Enums(db))
             yield from self._stream(db, present, Names(db, strings), offset)
+            if db.replaced:
+                where = ", ".join(f"{table} {count:,}" for table, count in sorted(db.replaced.items()))
+                self.info.notes.append(f"texts with invalid UTF-8 kept with U+FFFD in place of the bad bytes: {where}")
         finally:
             db.close()
         unlinked = self.info.counters.get("gpu_rows_without_launch", 0)

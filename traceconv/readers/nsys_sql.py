@@ -53,6 +53,7 @@ class Database:
             raise InputError(self.path, f"is not a readable SQLite database ({exc})", REEXPORT) from exc
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, dict[str, str]] = {}
+        self.replaced: dict[str, int] = {}  # table -> texts whose invalid UTF-8 was replaced (U+FFFD)
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -128,6 +129,9 @@ class Database:
                 return direct
             line = _Line(names, types)
             chunks = [line.parse(text) for text in self._chunks(table, line.sql)]
+        if line.replaced:
+            with self._lock:
+                self.replaced[table] = self.replaced.get(table, 0) + line.replaced
         if not chunks:
             return pa.table({c: pa.array([], types[c]) for c in names})
         return pa.concat_tables(chunks)
@@ -174,6 +178,7 @@ class _Line:
 
     def __init__(self, names: list[str], types: dict[str, pa.DataType]) -> None:
         self.names, self.types = names, types
+        self.replaced = 0  # texts with invalid UTF-8, kept with U+FFFD in its place
         self.integers = all(t == pa.int64() for t in types.values())
         cols = ", ".join(_field(c, types[c]) for c in names)
         if self.integers:
@@ -192,17 +197,33 @@ class _Line:
                 ),
             )
         has_text = any(t == pa.string() for t in self.types.values())
-        return pacsv.read_csv(
+        # Text as bytes, then checked: an application's NVTX names are not always UTF-8, and
+        # one such name must not stop the conversion of the whole report.
+        raw_types = {c: pa.binary() if t == pa.string() else t for c, t in self.types.items()}
+        got = pacsv.read_csv(
             _source(text),
             read_options=pacsv.ReadOptions(column_names=self.names, block_size=len(text) + 1 if has_text else 1 << 22),
             parse_options=pacsv.ParseOptions(quote_char="'", double_quote=True, newlines_in_values=has_text),
             convert_options=pacsv.ConvertOptions(
-                column_types=self.types,
+                column_types=raw_types,
                 null_values=["", "NULL"],
                 strings_can_be_null=True,
                 quoted_strings_can_be_null=False,
             ),
         )
+        cols = [self._text(got[c]) if self.types[c] == pa.string() else got[c] for c in self.names]
+        return pa.table(cols, names=self.names)
+
+    def _text(self, raw: pa.ChunkedArray) -> pa.ChunkedArray:
+        """Bytes as UTF-8 text; invalid sequences replaced by U+FFFD (and counted)."""
+        try:
+            return raw.cast(pa.string())
+        except pa.ArrowInvalid:
+            pass
+        values = raw.to_pylist()
+        bad = sum(1 for v in values if v is not None and v.decode("utf-8", "replace") != v.decode("utf-8", "ignore"))
+        self.replaced += bad
+        return pa.chunked_array([pa.array([None if v is None else v.decode("utf-8", "replace") for v in values])])
 
 
 def _typed(got: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:
