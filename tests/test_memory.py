@@ -194,3 +194,39 @@ def test_writer_is_pyarrow_parquets_without_its_filesystems(tmp_path: Path) -> N
     loaded = run.stdout.splitlines()[-1]
     assert "pyarrow._parquet" in loaded and "pyarrow.fs" not in loaded and "pyarrow.parquet" not in loaded
     assert pq.read_table(tmp_path / "c.parquet").num_rows == 16079
+
+
+def test_annotations_spilled_to_a_file_link_as_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user annotations that wait for the last cpu_op (20 API calls of this trace take theirs
+    from one) link the same when every spill goes to a temporary file, which is then removed."""
+    import tempfile
+
+    import pyarrow.compute as pc
+
+    from traceconv.readers import spill
+
+    path = FIXTURES / "pytorch" / "streams_memcpy.json"
+    in_memory = pa.concat_tables(pytorch.PytorchReader(path, workers=0).tables())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spill.Spill.__init__, "__defaults__", (0,))
+    made: list[str] = []
+    real_path = spill.temporary_path
+    monkeypatch.setattr(spill, "temporary_path", lambda: made.append(real_path()) or made[-1])
+    on_disk = pa.concat_tables(pytorch.PytorchReader(path, workers=0).tables())
+    for name in ("op_event_id", "op_name"):
+        assert on_disk[name].equals(in_memory[name]), name
+    annotation = pc.equal(in_memory["category"].cast(pa.string()), "user_annotation")
+    annotations = set(in_memory.filter(annotation)["event_id"].to_pylist())
+    assert annotations & set(on_disk["op_event_id"].to_pylist())  # some calls took an annotation
+    assert len(made) >= 3 and os.listdir(tmp_path) == []  # chunks, operators, annotations: all removed
+
+
+def test_the_public_writer_serves_where_the_inner_one_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pyarrow whose inner writer class takes other options (here: one it does not know):
+    the conversion uses pyarrow.parquet.ParquetWriter instead and writes the same file."""
+    import traceconv.io as tio
+
+    traceconv.convert(TRACE, tmp_path / "inner.parquet", workers=0)
+    monkeypatch.setattr(tio, "WRITER_DEFAULTS", {**tio.WRITER_DEFAULTS, "an_option_of_another_version": 1})
+    traceconv.convert(TRACE, tmp_path / "public.parquet", workers=0)
+    assert (tmp_path / "public.parquet").read_bytes() == (tmp_path / "inner.parquet").read_bytes()
