@@ -7,7 +7,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -63,13 +63,14 @@ class _Bar:
 
     MIN_BYTES = 4 << 20
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, unit: str = "MiB") -> None:
         self.label = label
+        self.unit = unit  # "MiB": bytes of one input; else a count (of traces)
         self.last = 0.0
         self.enabled = sys.stderr.isatty()
 
     def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total < self.MIN_BYTES:
+        if not self.enabled or (self.unit == "MiB" and total < self.MIN_BYTES):
             return
         now = time.monotonic()
         if now - self.last < 0.1 and done < total:
@@ -77,10 +78,11 @@ class _Bar:
         self.last = now
         pct = min(100.0, 100.0 * done / max(total, 1))
         filled = int(pct / 100 * 30)
-        sys.stderr.write(
-            f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {pct:5.1f}% "
-            f"{done / 2**20:,.0f}/{total / 2**20:,.0f} MiB"
-        )
+        if self.unit == "MiB":
+            amount = f"{done / 2**20:,.0f}/{total / 2**20:,.0f} MiB"
+        else:
+            amount = f"{done}/{total} {self.unit}"
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {pct:5.1f}% {amount}")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -98,21 +100,30 @@ def _report(job: Job, rows: int, kinds: dict[str, int], span_ns: int | None, ela
 
 
 def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
-    from traceconv.io import convert
+    from traceconv.batch import convert_many, processes_for
+    from traceconv.io import WriteResult, convert
     from traceconv.lean import skip_pandas_probe
 
     skip_pandas_probe()
 
+    def one_by_one() -> Iterator[tuple[Job, WriteResult, float]]:
+        for job in jobs:
+            bar = _Bar(job.source.name)
+            t0 = time.monotonic()
+            try:
+                result = convert(job.source, job.output, fmt=fmt, progress=bar, **options)
+            finally:
+                bar.close()
+            yield job, result, time.monotonic() - t0
+
+    processes = processes_for(jobs, fmt, options.get("workers"))
+    traces = _Bar(f"{processes} at a time", unit="traces")  # several small traces: how many are done
+    results = convert_many(jobs, fmt, processes, **options) if processes > 1 else one_by_one()
     partial: list[Job] = []
-    for job in jobs:
-        bar = _Bar(job.source.name)
-        t0 = time.monotonic()
-        try:
-            result = convert(job.source, job.output, fmt=fmt, progress=bar, **options)
-        finally:
-            bar.close()
+    for done, (job, result, elapsed) in enumerate(results, 1):
+        traces.close()
         span = result.end_ns - result.start_ns if result.start_ns is not None and result.end_ns is not None else None
-        _report(job, result.rows, result.kinds, span, time.monotonic() - t0)
+        _report(job, result.rows, result.kinds, span, elapsed)
         info = result.info
         for note in getattr(info, "notes", []):
             click.echo(f"  note: {note}")
@@ -125,6 +136,9 @@ def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
                 f"of damaged input",
                 err=True,
             )
+        if processes > 1:
+            traces(done, len(jobs))
+    traces.close()
     if partial:
         sys.exit(PartialResultError.exit_code)
 
@@ -142,6 +156,7 @@ def main(debug: bool) -> None:
 
 
 def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signum, signal.SIG_IGN)  # once: a second SIGTERM must not cut the cleanup short
     raise SystemExit(128 + signum)
 
 
@@ -163,7 +178,8 @@ def _terminated(signum: int, frame: object) -> None:
     type=click.IntRange(min=0),
     default=None,
     help="Processes that parse a large trace alongside this one, which parses too while they are "
-    "busy (default: one per core but one, up to 4; 0: parse in this process only).",
+    "busy (default: one per core but one, up to 4; 0: parse in this process only). Several small "
+    "traces are converted N+1 at a time (default: one per core).",
 )
 @handle_errors
 def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers: int | None) -> None:

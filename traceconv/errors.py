@@ -19,6 +19,10 @@ class TraceconvError(Exception):
         self.hint = hint
         super().__init__(self.message)
 
+    def __reduce__(self) -> tuple[type[TraceconvError], tuple[str | None, str, str]]:
+        """Pickled as its parts (it crosses from a conversion process to the CLI's)."""
+        return (type(self), (self.path, self.problem, self.hint))
+
     @property
     def message(self) -> str:
         head = f"{self.path}: {self.problem}" if self.path else self.problem

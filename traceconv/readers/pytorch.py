@@ -118,6 +118,11 @@ class PytorchReader:
         self.chunks_here = 0  # with workers: the chunks this process converted while they were busy
         self._decode_strict = StrictDecoder()
 
+    def one_process(self) -> bool:
+        """Whether this trace is converted in this process alone (too small for workers to pay)."""
+        size = os.path.getsize(self.path)
+        return size * (GZIP_RATIO if _is_gzip(self.path) else 1) < PARALLEL_CHUNKS * self._chunk_size
+
     def _detect_unpadded(self, chunk: bytes) -> bool:
         """Decided once, from the first chunk (a trace has one writer)."""
         if self._unpadded is None:
@@ -138,7 +143,7 @@ class PytorchReader:
         workers = 0 if self._salvage else worker_count(self._workers)
         state = None
         gzip = workers > 0 and _is_gzip(self.path)
-        if workers and size * (GZIP_RATIO if gzip else 1) >= PARALLEL_CHUNKS * self._chunk_size:
+        if workers and not self.one_process():
             state = self._pass1_parallel(workers, progress, plain=not gzip)
         if state is None:
             state = self._pass1(progress)
