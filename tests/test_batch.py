@@ -83,7 +83,10 @@ def test_ctrl_c_stops_every_process_without_a_traceback(tmp_path: Path) -> None:
     spill = tmp_path / "tmp"
     spill.mkdir()
     env = {**os.environ, "TMPDIR": str(spill)}
-    cmd = [sys.executable, "-m", "traceconv.cli", "ingest", str(ranks), "-o", str(tmp_path / "out")]
+    # Python's own Ctrl-C handler, also where the test runs with SIGINT ignored (a background job)
+    start = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    start += "from traceconv.cli import main; main()"
+    cmd = [sys.executable, "-c", start, "ingest", str(ranks), "-o", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
     while not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()):
         time.sleep(0.02)  # converting: the first file is there
