@@ -20,6 +20,7 @@ from traceconv.cli import main
 from traceconv.errors import InputError, TraceconvError
 from traceconv.ingest import plan_jobs
 from traceconv.readers import pytorch
+from traceconv.readers.kineto_workers import worker_count
 
 from .conftest import FIXTURES
 
@@ -38,8 +39,8 @@ def _ranks(folder: Path, copies: int = 2) -> Path:
 def test_several_small_traces_convert_at_once_to_the_same_files(tmp_path: Path) -> None:
     ranks = _ranks(tmp_path / "ranks")
     jobs = plan_jobs([ranks], tmp_path / "together")
-    assert processes_for(jobs, None) == min(len(os.sched_getaffinity(0)), len(jobs))
-    assert processes_for(jobs, None, workers=0) == 1
+    assert processes_for(jobs, None) == min(worker_count(None) + 1, len(jobs))
+    assert processes_for(jobs, None, workers=0) == 1 and processes_for(jobs, None, workers=2) == 3
     done = [job for job, _, _ in convert_many(jobs, None, 2)]
     assert done == jobs  # in the order of the inputs
     result = CliRunner().invoke(main, ["ingest", str(ranks), "-o", str(tmp_path / "one"), "--workers", "0"])
@@ -53,9 +54,9 @@ def test_large_traces_are_not_converted_at_once(tmp_path: Path, monkeypatch: pyt
     ranks = _ranks(tmp_path / "ranks", copies=1)
     shutil.copy(FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz", ranks)  # 0.3 MB gz, ~8x as JSON
     jobs = plan_jobs([ranks], tmp_path / "out")
-    assert processes_for(jobs, None) > 1  # all small at 6 chunks of 1 MiB
+    assert processes_for(jobs, None, workers=1) == 2  # all small at 6 chunks of 1 MiB
     monkeypatch.setattr(pytorch, "PARALLEL_CHUNKS", 1)  # workers from 1 MiB: the .gz is large
-    assert processes_for(jobs, None) == 1
+    assert processes_for(jobs, None, workers=1) == 1
 
 
 def test_an_error_stops_the_batch_cleanly(tmp_path: Path) -> None:

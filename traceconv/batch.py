@@ -10,10 +10,8 @@ Each file is converted exactly as one at a time would convert it.
 
 from __future__ import annotations
 
-import os
 import pickle
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -24,14 +22,19 @@ from traceconv.io import WriteResult, convert
 
 
 def processes_for(jobs: Sequence[Job], fmt: str | None, workers: int | None = None) -> int:
-    """How many processes convert ``jobs`` at once: one per usable core (``workers`` + 1 where
-    given; ``workers=0`` asks for this process alone) when there are several jobs and every one
+    """How many processes convert ``jobs`` at once: as many as convert one large trace (the
+    workers of :func:`worker_count` and this process) when there are several jobs and every one
     is a PyTorch trace small enough to be converted in one process; else 1."""
-    if len(jobs) < 2 or workers == 0 or sys.platform != "linux" or not hasattr(os, "fork"):
+    if len(jobs) < 2:
         return 1
     from traceconv.errors import TraceconvError
     from traceconv.readers import sniff
+    from traceconv.readers.kineto_workers import worker_count
     from traceconv.readers.pytorch import PytorchReader
+
+    processes = min(len(jobs), worker_count(workers) + 1)
+    if processes < 2:
+        return 1
 
     for job in jobs:
         try:
@@ -39,8 +42,7 @@ def processes_for(jobs: Sequence[Job], fmt: str | None, workers: int | None = No
                 return 1
         except (TraceconvError, OSError):  # reported where one at a time meets it, after the files before it
             return 1
-    cores = len(os.sched_getaffinity(0))
-    return max(1, min(len(jobs), cores if workers is None else workers + 1))
+    return processes
 
 
 def _serve(conn: Any, jobs: Sequence[Job], fmt: str | None, options: dict[str, Any]) -> None:

@@ -100,11 +100,11 @@ def _report(job: Job, rows: int, kinds: dict[str, int], span_ns: int | None, ela
 
 
 def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
-    from traceconv.batch import convert_many, processes_for
-    from traceconv.io import WriteResult, convert
     from traceconv.lean import skip_pandas_probe
 
-    skip_pandas_probe()
+    skip_pandas_probe()  # before anything that loads pyarrow
+    from traceconv.batch import convert_many, processes_for
+    from traceconv.io import WriteResult, convert
 
     def one_by_one() -> Iterator[tuple[Job, WriteResult, float]]:
         for job in jobs:

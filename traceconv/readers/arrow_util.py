@@ -84,6 +84,27 @@ def dict_codes(arr: pa.Array) -> tuple[list[str | None], I64]:
     return values, to_numpy(enc.indices)
 
 
+def utf8(raw: pa.Array | pa.ChunkedArray) -> tuple[pa.Array | pa.ChunkedArray, int]:
+    """Bytes as UTF-8 text, checked at C speed; where some are not UTF-8, every invalid sequence
+    becomes U+FFFD. Also returns how many values had one (0 when all were valid)."""
+    try:
+        return raw.cast(pa.string()), 0
+    except pa.ArrowInvalid:
+        pass
+    fixed: list[str | None] = []
+    bad = 0
+    for value in raw.to_pylist():
+        if value is None:
+            fixed.append(None)
+            continue
+        try:
+            fixed.append(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            fixed.append(value.decode("utf-8", errors="replace"))
+            bad += 1
+    return pa.array(fixed, pa.string()), bad
+
+
 def text_is(arr: pa.Array | pa.ChunkedArray, value: str, fold: bool = False) -> npt.NDArray[np.bool_]:
     """Rows whose text is ``value`` (case-folded: ``fold``), as a numpy mask, decided once per
     distinct value (a dictionary column is not cast row by row)."""

@@ -25,6 +25,7 @@ from traceconv.readers.arrow_util import (
     spread,
     text_is,
     to_numpy,
+    utf8,
 )
 from traceconv.readers.kineto_decode import Decoded, GpuArgs, MemoryArgs
 from traceconv.readers.kineto_times import times_ns
@@ -112,16 +113,10 @@ def build(decoded: Decoded, ctx: ChunkContext) -> pa.Table:
 
 def _utf8(raw: pa.Array, repairs: Counter[str]) -> pa.Array:
     """Arguments as text; invalid UTF-8 (Python frames in older traces) replaced, and counted."""
-    try:
-        return raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        fixed = []
-        for value in raw.to_pylist():
-            text = value.decode("utf-8", errors="replace") if value is not None else None
-            if text is not None and value.decode("utf-8", errors="ignore") != text:
-                repairs["invalid UTF-8 bytes replaced"] += 1
-            fixed.append(text)
-        return pa.array(fixed, pa.string())
+    text, bad = utf8(raw)
+    if bad:
+        repairs["invalid UTF-8 bytes replaced"] += bad
+    return text
 
 
 def _arg_int(

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from traceconv.errors import InputError
+from traceconv.readers.arrow_util import utf8
 
 try:
     import adbc_driver_manager as adbc
@@ -211,19 +212,14 @@ class _Line:
                 quoted_strings_can_be_null=False,
             ),
         )
-        cols = [self._text(got[c]) if self.types[c] == pa.string() else got[c] for c in self.names]
+        cols = []
+        for name in self.names:
+            col = got[name]
+            if self.types[name] == pa.string():
+                col, bad = utf8(col)
+                self.replaced += bad
+            cols.append(col)
         return pa.table(cols, names=self.names)
-
-    def _text(self, raw: pa.ChunkedArray) -> pa.ChunkedArray:
-        """Bytes as UTF-8 text; invalid sequences replaced by U+FFFD (and counted)."""
-        try:
-            return raw.cast(pa.string())
-        except pa.ArrowInvalid:
-            pass
-        values = raw.to_pylist()
-        bad = sum(1 for v in values if v is not None and v.decode("utf-8", "replace") != v.decode("utf-8", "ignore"))
-        self.replaced += bad
-        return pa.chunked_array([pa.array([None if v is None else v.decode("utf-8", "replace") for v in values])])
 
 
 def _typed(got: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:
