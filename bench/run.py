@@ -47,6 +47,7 @@ ALT_PACKAGES = {
     "polars": ["polars"],
     "ijson": ["ijson"],
     "hta": ["HolisticTraceAnalysis"],
+    "duckdb": ["duckdb==1.5.5"],
     "duckdb_extension_sqlite_scanner": ["duckdb==1.5.5", "duckdb-extension-sqlite-scanner==1.5.5"],
 }
 
