@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEVSTAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test check lint typecheck bench clean install dev
+.PHONY: demo test check lint typecheck bench clean install dev fixtures
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,7 @@ install: $(STAMP)
 dev: $(DEVSTAMP)
 
 demo: $(STAMP)
-	$(BIN)/traceconv ingest fixtures/pytorch/train_buggy.pt.trace.json.gz -o build/demo/train_buggy.parquet
+	$(BIN)/traceconv ingest fixtures/pytorch/h200/train_buggy.pt.trace.json.gz -o build/demo/train_buggy.parquet
 	$(BIN)/traceconv summary build/demo/train_buggy.parquet
 
 test: $(DEVSTAMP)
@@ -36,6 +36,9 @@ typecheck: $(DEVSTAMP)
 	$(BIN)/mypy traceconv
 
 check: lint typecheck test
+
+fixtures:
+	$(PY) tests/tools/sync_fixtures.py
 
 bench: $(DEVSTAMP)
 	$(BIN)/python bench/run.py

@@ -19,10 +19,10 @@ from traceconv.batch import convert_many, processes_for
 from traceconv.cli import main
 from traceconv.errors import InputError, TraceconvError
 from traceconv.ingest import plan_jobs
-from traceconv.readers import pytorch
-from traceconv.readers.kineto_workers import worker_count
+from traceconv.readers.pytorch import reader as pytorch
+from traceconv.readers.pytorch.workers import worker_count
 
-from .conftest import FIXTURES
+from .conftest import fixture
 
 SMALL = ["seed_linear.json", "streams_memcpy.json", "cuda_graph.json", "compiled_triton.json"]
 
@@ -32,7 +32,7 @@ def _ranks(folder: Path, copies: int = 2) -> Path:
     folder.mkdir()
     for i in range(copies):
         for name in SMALL:
-            shutil.copy(FIXTURES / "pytorch" / name, folder / f"rank{i}_{name}")
+            shutil.copy(fixture(f"pytorch/h200/{name}"), folder / f"rank{i}_{name}")
     return folder
 
 
@@ -52,7 +52,7 @@ def test_several_small_traces_convert_at_once_to_the_same_files(tmp_path: Path) 
 def test_large_traces_are_not_converted_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A trace that workers convert keeps them: its batch goes one at a time."""
     ranks = _ranks(tmp_path / "ranks", copies=1)
-    shutil.copy(FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz", ranks)  # 0.3 MB gz, ~8x as JSON
+    shutil.copy(fixture("pytorch/h200/train_buggy.pt.trace.json.gz"), ranks)  # 0.3 MB gz, ~8x as JSON
     jobs = plan_jobs([ranks], tmp_path / "out")
     assert processes_for(jobs, None, workers=1) == 2  # all small at 6 chunks of 1 MiB
     monkeypatch.setattr(pytorch, "PARALLEL_CHUNKS", 1)  # workers from 1 MiB: the .gz is large
@@ -61,7 +61,7 @@ def test_large_traces_are_not_converted_at_once(tmp_path: Path, monkeypatch: pyt
 
 def test_an_error_stops_the_batch_cleanly(tmp_path: Path) -> None:
     ranks = _ranks(tmp_path / "ranks")
-    truncated = (FIXTURES / "pytorch" / "seed_linear.json").read_bytes()[:50_000]
+    truncated = (fixture("pytorch/h200/seed_linear.json")).read_bytes()[:50_000]
     (ranks / "rank1_seed_linear.json").write_bytes(truncated)
     spill = tmp_path / "tmp"
     spill.mkdir()
@@ -79,8 +79,8 @@ def test_an_error_stops_the_batch_cleanly(tmp_path: Path) -> None:
 def test_ctrl_c_stops_every_process_without_a_traceback(tmp_path: Path) -> None:
     ranks = tmp_path / "ranks"
     ranks.mkdir()
-    for i in range(40):
-        shutil.copy(FIXTURES / "pytorch" / "compiled_triton.json", ranks / f"rank{i}.json")
+    for i in range(40):  # each takes a good fraction of a second: the batch is still running when interrupted
+        shutil.copy(fixture("pytorch/h200/train_buggy.pt.trace.json.gz"), ranks / f"rank{i}.pt.trace.json.gz")
     spill = tmp_path / "tmp"
     spill.mkdir()
     env = {**os.environ, "TMPDIR": str(spill)}

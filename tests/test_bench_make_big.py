@@ -10,7 +10,7 @@ from typing import Any
 import traceconv
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "fixtures" / "pytorch" / "cuda_graph.json"
+SOURCE = ROOT / "fixtures" / "pytorch" / "h200" / "cuda_graph.json"
 
 
 def _make_big() -> Any:

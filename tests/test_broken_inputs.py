@@ -27,7 +27,7 @@ import pytest
 import traceconv
 
 from .broken import make_broken as MB
-from .conftest import FIXTURES, ROOT
+from .conftest import ROOT, fixture
 from .kineto_truth import load, to_ns
 
 TIMEOUT = 60  # seconds per command: a hang fails the case instead of the whole run
@@ -353,7 +353,7 @@ def files_outside(root: Path, folder: Path) -> set[Path]:
 def test_output_names_made_from_input_names_stay_inside_the_output_folder(tmp_path: Path) -> None:
     run_dir, out = tmp_path / "run", tmp_path / "out"
     run_dir.mkdir()
-    real = (FIXTURES / "pytorch" / "cuda_graph.json").read_bytes()
+    real = (fixture("pytorch/h200/cuda_graph.json")).read_bytes()
     for name in ODD_NAMES:
         (run_dir / name).write_bytes(real)
     before = files_outside(tmp_path, out)
@@ -367,7 +367,7 @@ def test_a_link_planted_in_the_output_folder_cannot_redirect_the_output(tmp_path
     run_dir, out = tmp_path / "run", tmp_path / "out"
     run_dir.mkdir()
     out.mkdir()
-    shutil.copyfile(FIXTURES / "pytorch" / "cuda_graph.json", run_dir / "x.json")
+    shutil.copyfile(fixture("pytorch/h200/cuda_graph.json"), run_dir / "x.json")
     victim = tmp_path / "victim.parquet"
     victim.write_bytes(KNOWN)
     (out / "x.parquet").symlink_to(victim)
@@ -383,7 +383,7 @@ def test_a_link_planted_in_the_output_folder_cannot_redirect_the_output(tmp_path
 def test_two_inputs_with_one_output_name_are_a_usage_error(tmp_path: Path) -> None:
     for sub in ("a", "b"):
         (tmp_path / sub).mkdir()
-        shutil.copyfile(FIXTURES / "pytorch" / "cuda_graph.json", tmp_path / sub / "rank0.json")
+        shutil.copyfile(fixture("pytorch/h200/cuda_graph.json"), tmp_path / sub / "rank0.json")
     out = tmp_path / "out"
     run = traceconv_cli("ingest", "a/rank0.json", "b/rank0.json", "-o", out, cwd=tmp_path)
     assert run.rc == 2
@@ -396,7 +396,7 @@ def test_a_report_without_nsys_says_the_tool_is_missing(tmp_path: Path) -> None:
     env["PATH"] = str(Path(sys.executable).parent)
     if shutil.which("nsys", path=env["PATH"]):
         pytest.skip("nsys is installed beside this Python")
-    src = FIXTURES / "nsys" / "buggy.nsys-rep"
+    src = fixture("nsys/h200/buggy.nsys-rep")
     out = tmp_path / "out" / "buggy.parquet"
     run = traceconv_cli("nsys", src, "-o", out, cwd=tmp_path, env=env)
     assert run.rc == 5, run.stderr

@@ -15,19 +15,19 @@ from traceconv.analyses.diff import as_dict, diff
 from traceconv.analyses.prepare import INPUT_COLUMNS
 from traceconv.cli import main
 
-from .conftest import FIXTURES
+from .conftest import fixture
 from .test_summary import summary_of
 
-PT = FIXTURES / "pytorch"
-BUGGY, FIXED = PT / "train_buggy.pt.trace.json.gz", PT / "train_fixed.pt.trace.json.gz"
-NSYS_BUGGY, NSYS_FIXED = FIXTURES / "nsys" / "buggy.sqlite", FIXTURES / "nsys" / "fixed.sqlite"
+BUGGY, FIXED = (
+    fixture("pytorch/h200/train_buggy.pt.trace.json.gz"),
+    fixture("pytorch/h200/train_fixed.pt.trace.json.gz"),
+)
+NSYS_BUGGY, NSYS_FIXED = fixture("nsys/h200/buggy.sqlite"), fixture("nsys/h200/fixed.sqlite")
 SUMMARY_KEYS = {"gpu", "bound", "top_ops", "top_kernels", "memcpy", "sync", "findings"}
 
 
 @cache
 def diff_of(before: Path, after: Path, top: int = 0) -> dict[str, Any]:
-    if before.suffix == ".sqlite":
-        pytest.importorskip("traceconv.readers.nsys", reason="the Nsight Systems reader is not in this checkout")
     tables = [load(p, columns=INPUT_COLUMNS) for p in (before, after)]
     return as_dict(diff(tables[0], tables[1]), top)
 
@@ -89,7 +89,7 @@ def test_a_run_against_itself_changes_nothing() -> None:
 
 
 def test_without_steps_on_both_sides_whole_windows_are_compared() -> None:
-    d = diff_of(PT / "seed_linear.json", BUGGY)
+    d = diff_of(fixture("pytorch/h200/seed_linear.json"), BUGGY)
     assert d["scope"] == "window" and d["note"].startswith("only after marks steps")
     assert d["before"]["steps"] == d["after"]["steps"] == 1
     assert d["after"]["step_ns"] == summary_of(BUGGY)["window_ns"]

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pytest
 
 from traceconv.errors import InputError
-from traceconv.readers import chunker
-from traceconv.readers.pytorch import PytorchReader
+from traceconv.readers.pytorch import gunzip
+from traceconv.readers.pytorch.reader import PytorchReader
 
-from .conftest import FIXTURES
+from .conftest import fixture
 
-TRACE = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+TRACE = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
 
 
 def _read(path: Path, salvage: bool = False) -> tuple[pa.Table, list[str]]:
@@ -25,7 +25,7 @@ def _read(path: Path, salvage: bool = False) -> tuple[pa.Table, list[str]]:
 @pytest.fixture(params=["default", "zlib"])
 def inflate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "zlib":
-        monkeypatch.setattr(chunker, "_inflate", zlib)
+        monkeypatch.setattr(gunzip, "_inflate", zlib)
     return str(request.param)
 
 
@@ -43,6 +43,6 @@ def test_whole_and_cut_short(inflate: str, tmp_path: Path) -> None:
 
 def test_isal_and_zlib_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     default, _ = _read(TRACE)
-    monkeypatch.setattr(chunker, "_inflate", zlib)
+    monkeypatch.setattr(gunzip, "_inflate", zlib)
     plain, _ = _read(TRACE)
     assert default.equals(plain)

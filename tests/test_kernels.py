@@ -30,30 +30,26 @@ from traceconv.analyses import kernels as K
 from traceconv.analyses.common import describe, load
 from traceconv.cli import main
 
-from .conftest import CORPUS, FIXTURES
+from .conftest import fixture, real_files
 from .kineto_truth import load as load_json
 from .kineto_truth import to_ns
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 GPU_KINDS = ("kernel", "memcpy", "memset")
-PUBLIC = CORPUS / "pytorch" / "public"
 PYTORCH_TRACES = [
-    FIXTURES / "pytorch" / "cuda_graph.json",
-    FIXTURES / "pytorch" / "compiled_triton.json",
-    FIXTURES / "pytorch" / "streams_memcpy.json",
-    PUBLIC / "pytorch__kineto__tb_plugin_samples_resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz",
-    PUBLIC / "pytorch__kineto__tb_plugin_samples_resnet50_profiler_api_num_workers_0_worker0.pt.trace.json.gz",
-    PUBLIC / "AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz",
+    fixture("pytorch/h200/cuda_graph.json"),
+    fixture("pytorch/h200/compiled_triton.json"),
+    fixture("pytorch/h200/streams_memcpy.json"),
+    fixture(
+        "pytorch/public/pytorch__kineto__tb_plugin_samples_resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+    ),
+    fixture(
+        "pytorch/public/pytorch__kineto__tb_plugin_samples_resnet50_profiler_api_num_workers_0_worker0.pt.trace.json.gz"
+    ),
+    fixture("pytorch/public/AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz"),
 ]
-NSYS_STATS = FIXTURES / "nsys" / "nsys-stats"
-FIXED_SQLITE = FIXTURES / "nsys" / "fixed.sqlite"
-
-
-def _present(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path.name} is not here (../shared/corpus absent)")
-    return path
+FIXED_SQLITE = fixture("nsys/h200/fixed.sqlite")
 
 
 # -- PyTorch: an independent join ------------------------------------------------------------
@@ -117,7 +113,7 @@ def _ours(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("path", PYTORCH_TRACES, ids=lambda p: p.name[:50])
 def test_pytorch_launch_times_equal_an_independent_join(path: Path) -> None:
-    truth = _independent_join(_present(path))
+    truth = _independent_join(path)
     ours = _ours(path)
     assert len(ours) == len(truth) > 0  # nothing dropped, unlaunched rows included
     fields = ("launch_name", "dur", "api_dur", "queue", "wall", "lead")
@@ -127,7 +123,7 @@ def test_pytorch_launch_times_equal_an_independent_join(path: Path) -> None:
 
 
 def test_cuda_graph_kernels_share_their_graph_launch() -> None:
-    rows = K.per_launch(traceconv.read(FIXTURES / "pytorch" / "cuda_graph.json"), kinds=GPU_KINDS)
+    rows = K.per_launch(traceconv.read(fixture("pytorch/h200/cuda_graph.json")), kinds=GPU_KINDS)
     graph = rows[rows["launch_name"] == "cudaGraphLaunch"]
     assert len(graph) == 20 and set(graph["kind"]) == {"kernel", "memset"}
     per_call = graph.groupby("api_start_ns").size()
@@ -139,13 +135,13 @@ def test_cuda_graph_kernels_share_their_graph_launch() -> None:
 
 def test_unlaunched_rows_are_kept_and_counted() -> None:
     """In the public MI300 (HIP) trace, GPU ops of the first iteration have no runtime call in the trace."""
-    path = _present(PUBLIC / "AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz")
+    path = fixture("pytorch/public/AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz")
     truth = _independent_join(path)
     unlaunched = sum(1 for t in truth if t["launch_name"] is None)
     table = traceconv.read(path)
     rows = K.per_launch(table, kinds=GPU_KINDS)
     assert unlaunched > 0 and rows["api_start_ns"].isna().sum() == unlaunched
-    assert K.launch_totals(rows)["no_launch"] == unlaunched
+    assert K.launch_totals(rows).no_launch == unlaunched
     by_launch = K.summary(rows, by="launch")
     assert by_launch["no_launch"].sum() == unlaunched == by_launch["count"][by_launch["launch_name"].isna()].sum()
     assert by_launch["count"].sum() == len(rows)
@@ -153,7 +149,7 @@ def test_unlaunched_rows_are_kept_and_counted() -> None:
 
 
 def test_summary_by_name_equals_stdlib_statistics() -> None:
-    rows = K.per_launch(traceconv.read(FIXTURES / "pytorch" / "compiled_triton.json"))
+    rows = K.per_launch(traceconv.read(fixture("pytorch/h200/compiled_triton.json")))
     got = K.summary(rows).set_index("name")
     assert got["count"].sum() == len(rows) and abs(got["time_pct"].sum() - 100.0) < 1e-9
     for name, group in rows.groupby("name", observed=True):
@@ -175,7 +171,7 @@ def test_summary_by_name_equals_stdlib_statistics() -> None:
 
 # -- Nsight Systems: NVIDIA's own numbers ------------------------------------------------------
 def _csv(name: str) -> list[dict[str, str]]:
-    with open(NSYS_STATS / f"fixed.{name}.csv", newline="") as fh:
+    with open(fixture(f"nsys/h200/nsys-stats/fixed.{name}.csv"), newline="") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -279,15 +275,11 @@ def test_summary_math_equals_nsys_stats_on_nvidias_own_rows() -> None:
 
 
 # -- the command ------------------------------------------------------------------------------
-STREAMS = FIXTURES / "pytorch" / "streams_memcpy.json"
+STREAMS = fixture("pytorch/h200/streams_memcpy.json")
 # A real trace whose one kernel has no launching call (HTA's large_integer test file).
-UNLAUNCHED = (
-    FIXTURES
-    / "pytorch"
-    / (
-        "facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_"
-        "rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz"
-    )
+UNLAUNCHED = fixture(
+    "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_"
+    "rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz"
 )
 
 
@@ -320,7 +312,7 @@ def test_cli_table_is_aligned_with_units_and_a_footer() -> None:
 
 def test_cli_per_launch_csv_has_every_kernel_in_launch_order() -> None:
     result = _run(
-        str(FIXTURES / "pytorch" / "cuda_graph.json"),
+        str(fixture("pytorch/h200/cuda_graph.json")),
         "--per-launch",
         "--format",
         "csv",
@@ -410,16 +402,11 @@ def _other_parquet(path: Path) -> Path:
 
 
 # -- Nsight Systems end to end: traceconv's reader + per_launch/summary vs NVIDIA ---------------
-@pytest.fixture
-def nsys_reader() -> None:
-    pytest.importorskip("traceconv.readers.nsys", reason="the Nsight Systems reader is not in this checkout yet")
-
-
 def _nsys_per_launch() -> pd.DataFrame:
     return K.per_launch(traceconv.read(FIXED_SQLITE))
 
 
-def test_nsys_every_kernel_equals_cuda_kern_exec_trace_row_for_row(nsys_reader: None) -> None:
+def test_nsys_every_kernel_equals_cuda_kern_exec_trace_row_for_row() -> None:
     want = sorted(_csv("cuda_kern_exec_trace"), key=lambda r: (int(r["API Start (ns)"]), int(r["Kernel Start (ns)"])))
     ours = _nsys_per_launch()
     assert len(ours) == len(want) == 1987
@@ -448,11 +435,11 @@ def test_nsys_every_kernel_equals_cuda_kern_exec_trace_row_for_row(nsys_reader: 
         assert (_api_name(row["API Function"]), row["Kernel Name"]) == (_api_name(mine["launch_name"]), mine["name"])
 
 
-def test_nsys_per_name_table_equals_cuda_gpu_kern_sum(nsys_reader: None) -> None:
+def test_nsys_per_name_table_equals_cuda_gpu_kern_sum() -> None:
     _check_gpu_kern_sum(K.summary(traceconv.read(FIXED_SQLITE), by="name"))
 
 
-def test_nsys_launch_summary_equals_cuda_kern_exec_sum(nsys_reader: None) -> None:
+def test_nsys_launch_summary_equals_cuda_kern_exec_sum() -> None:
     _check_exec_sum(K.summary(_nsys_per_launch(), by="exec"))
 
 
@@ -488,24 +475,24 @@ def _key(row: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 # nsys-ai's hand-trimmed healthy_1pct holds an API call at -3000..-500 ns (before the session start).
-NSYS_EXPORTS = sorted({*(CORPUS / "nsys").rglob("*.sqlite"), *(FIXTURES / "nsys").glob("*.sqlite")})
+NSYS_EXPORTS = real_files("nsys", ("*.sqlite",))
 
 
 @pytest.mark.parametrize(
     "path", NSYS_EXPORTS, ids=lambda p: f"{p.parent.name}/{p.name[:40]}" if isinstance(p, Path) else None
 )
-def test_nsys_four_durations_equal_nvidias_join_on_every_export(path: Path, nsys_reader: None) -> None:
+def test_nsys_four_durations_equal_nvidias_join_on_every_export(path: Path) -> None:
     kernels, truth = _nvidia_join(path)
     rows = K.per_launch(traceconv.read(path))
     assert len(rows) == kernels  # nothing dropped
     launched = rows[rows["api_start_ns"].notna()]
-    assert len(launched) == len(truth) and K.launch_totals(rows)["no_launch"] == kernels - len(truth)
+    assert len(launched) == len(truth) and K.launch_totals(rows).no_launch == kernels - len(truth)
     cols = ["api_dur_ns", "queue_dur_ns", "kernel_dur_ns", "total_dur_ns", "pid", "tid", "device", "name"]
     ours = [tuple(r) for r in launched[cols].astype(object).where(launched[cols].notna(), None).itertuples(index=False)]
     assert sorted(ours, key=_key) == sorted(truth, key=_key)
 
 
-def test_nsys_cli_by_launch_names_the_runtime_and_driver_calls(nsys_reader: None) -> None:
+def test_nsys_cli_by_launch_names_the_runtime_and_driver_calls() -> None:
     result = _run(str(FIXED_SQLITE), "--by", "launch", "--format", "json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -520,8 +507,6 @@ def test_nsys_cli_by_launch_names_the_runtime_and_driver_calls(nsys_reader: None
 # -- invariants ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", [*PYTORCH_TRACES[:3], FIXED_SQLITE], ids=lambda p: p.name[:40])
 def test_wall_time_is_api_plus_queue_plus_execution_when_queued(path: Path) -> None:
-    if path.suffix == ".sqlite":
-        pytest.importorskip("traceconv.readers.nsys")
     rows = K.per_launch(traceconv.read(path), kinds=GPU_KINDS)
     queued = rows[rows["queue_dur_ns"].notna()]
     assert len(queued) > 0

@@ -16,13 +16,13 @@ import pytest
 import traceconv
 from traceconv.errors import TraceconvError
 from traceconv.io import write_tables
-from traceconv.readers import pytorch
-from traceconv.readers.chunker import EventChunks
-from traceconv.readers.spill import SegmentFile, row_groups
+from traceconv.readers.pytorch import reader as pytorch
+from traceconv.readers.pytorch.chunker import EventChunks
+from traceconv.readers.pytorch.spill import SegmentFile, row_groups
 
-from .conftest import FIXTURES
+from .conftest import fixture
 
-TRACE = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+TRACE = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
 
 
 def _after_cli(tmp_path: Path, env: dict[str, str], unset: str, printed: str) -> str:
@@ -203,9 +203,9 @@ def test_annotations_spilled_to_a_file_link_as_in_memory(tmp_path: Path, monkeyp
 
     import pyarrow.compute as pc
 
-    from traceconv.readers import spill
+    from traceconv.readers.pytorch import spill
 
-    path = FIXTURES / "pytorch" / "streams_memcpy.json"
+    path = fixture("pytorch/h200/streams_memcpy.json")
     in_memory = pa.concat_tables(pytorch.PytorchReader(path, workers=0).tables())
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(spill.Spill.__init__, "__defaults__", (0,))
@@ -230,3 +230,22 @@ def test_the_public_writer_serves_where_the_inner_one_differs(tmp_path: Path, mo
     monkeypatch.setattr(tio, "WRITER_DEFAULTS", {**tio.WRITER_DEFAULTS, "an_option_of_another_version": 1})
     traceconv.convert(TRACE, tmp_path / "public.parquet", workers=0)
     assert (tmp_path / "public.parquet").read_bytes() == (tmp_path / "inner.parquet").read_bytes()
+
+
+def test_a_library_conversion_leaves_the_callers_process_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No cyclic-GC switch-off and no malloc_trim behind a library caller's back; the CLI's
+    tuning (process.tune) turns both on."""
+    import gc
+
+    from traceconv import process
+
+    calls: list[str] = []
+    monkeypatch.setattr(gc, "disable", lambda: calls.append("gc.disable"))
+    monkeypatch.setattr(process, "_tuned", False)
+    traceconv.convert(TRACE, tmp_path / "a.parquet", workers=0)
+    assert calls == [] and gc.isenabled()
+    monkeypatch.setattr(process, "_tuned", True)
+    traceconv.convert(TRACE, tmp_path / "b.parquet", workers=0)
+    assert "gc.disable" in calls

@@ -28,16 +28,13 @@ import traceconv.readers
 from traceconv.cli import main
 from traceconv.errors import InputError, UnsupportedFormatError
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "fixtures" / "nsys"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
-STATS = FIXTURES / "nsys-stats"
-FIXED = FIXTURES / "fixed.sqlite"
+from .conftest import fixture, real_files
+
+FIXED = fixture("nsys/h200/fixed.sqlite")
 OVERHEAD = "PROFILER_OVERHEAD"
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 DIAGNOSTIC = "DIAGNOSTIC_EVENT"
-PUBLIC = CORPUS / "public"
-EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
+EXPORTS = real_files("nsys", ("*.sqlite",))
 # FORMATS.md's copy kinds, spelled here independently of the reader.
 COPY = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 STATS_COPY = {
@@ -75,7 +72,7 @@ def _rows(table: pa.Table, columns: list[str] | None = None, **equal: str) -> li
 
 
 def _csv(name: str) -> list[dict[str, str]]:
-    with open(STATS / f"fixed.{name}.csv", newline="") as fh:
+    with open(fixture(f"nsys/h200/nsys-stats/fixed.{name}.csv"), newline="") as fh:
         return list(csv.DictReader(fh))
 
 
@@ -232,12 +229,10 @@ def test_copy_bytes_and_directions_equal_the_export() -> None:
     for path in [
         FIXED,
         *(
-            PUBLIC / n
+            fixture(f"nsys/public/{n}")
             for n in ("PolPuigPuy__OpenACC_Project_PolPuig__report2.sqlite", "SMcMann__cudaHW__report3.sqlite")
         ),
     ]:
-        if not path.exists():
-            continue
         with _db(path) as db:
             want = Counter(
                 {
@@ -320,9 +315,7 @@ def test_op_is_the_innermost_enclosing_push_pop_range_on_the_thread(fixed: pa.Ta
 
 
 def test_launch_is_joined_within_the_process_in_a_two_process_export() -> None:
-    path = PUBLIC / "GindaChen__nsys-ai__mfu_2gpu_before.sqlite"
-    if not path.exists():
-        pytest.skip("corpus not present")
+    path = fixture("nsys/public/GindaChen__nsys-ai__mfu_2gpu_before.sqlite")
     with _db(path) as db:
         want = sorted(
             db.execute(
@@ -345,9 +338,7 @@ def test_launch_is_joined_within_the_process_in_a_two_process_export() -> None:
 
 
 def test_uvm_migrations_are_kept_without_a_launch() -> None:
-    path = PUBLIC / "SMcMann__cudaHW__report3.sqlite"
-    if not path.exists():
-        pytest.skip("corpus not present")
+    path = fixture("nsys/public/SMcMann__cudaHW__report3.sqlite")
     table = traceconv.read(path)
     copies = _rows(table, ["copy_kind", "launch_event_id", "queue_ns"], kind="memcpy")
     assert len(copies) == 24576 and {r["copy_kind"] for r in copies} == {"UVM HtoD"}
@@ -356,7 +347,7 @@ def test_uvm_migrations_are_kept_without_a_launch() -> None:
 
 
 def test_whole_graph_launches_are_linked_to_cuda_graph_launch() -> None:
-    table = traceconv.read(FIXTURES / "graph_whole.sqlite")
+    table = traceconv.read(fixture("nsys/h200/graph_whole.sqlite"))
     graphs = _rows(table, category="CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
     assert len(graphs) == 5 and {r["kind"] for r in graphs} == {"other"}
     assert {r["launch_name"] for r in graphs} == {"cudaGraphLaunch"} and all(r["graph_id"] for r in graphs)
@@ -367,14 +358,12 @@ def test_whole_graph_launches_are_linked_to_cuda_graph_launch() -> None:
     "path",
     [
         FIXED,  # 2025.3: returnValue
-        PUBLIC / "GindaChen__nsys-ai__mfu_2gpu_before.sqlite",  # 2026.2: overheadType instead
-        PUBLIC / "lockfuehrer__beast_ressoruces__report2.sqlite",  # before 2022.2: correlationId too
+        fixture("nsys/public/GindaChen__nsys-ai__mfu_2gpu_before.sqlite"),  # 2026.2: overheadType instead
+        fixture("nsys/public/lockfuehrer__beast_ressoruces__report2.sqlite"),  # before 2022.2: correlationId too
     ],
     ids=lambda p: p.name[:30],
 )
 def test_profiler_overhead_rows_equal_the_export(path: Path) -> None:
-    if not path.exists():
-        pytest.skip("corpus not present")
     with _db(path) as db:
         want = db.execute(
             f"SELECT p.start, p.end, (p.globalTid >> 24) & 16777215, p.globalTid & 16777215, s.value "
@@ -401,12 +390,13 @@ def test_profiler_overhead_is_on_the_threads_of_the_process(fixed: pa.Table) -> 
 
 @pytest.mark.parametrize(
     "path",
-    [FIXED, PUBLIC / "caoye310__Lower-Triangular-Solves__2c4e430__report1.sqlite"],  # 2025.3; 2023.3 (fewer columns)
+    [
+        FIXED,
+        fixture("nsys/public/caoye310__Lower-Triangular-Solves__2c4e430__report1.sqlite"),
+    ],  # 2025.3; 2023.3 (fewer columns)
     ids=lambda p: p.name[:30],
 )
 def test_cuda_event_records_are_linked_to_their_call_and_have_no_time(path: Path) -> None:
-    if not path.exists():
-        pytest.skip("corpus not present")
     with _db(path) as db:
         want = db.execute(
             f"SELECT e.deviceId, e.contextId, e.streamId, e.correlationId, (e.globalPid >> 24) & 16777215, "
@@ -438,12 +428,10 @@ def test_cuda_event_records_are_linked_to_their_call_and_have_no_time(path: Path
 
 @pytest.mark.parametrize(
     "path",
-    [FIXED, PUBLIC / "Sh1mwww__llama3-inference__real_inference_simulation.sqlite"],  # 2025.3; 2024.6
+    [FIXED, fixture("nsys/public/Sh1mwww__llama3-inference__real_inference_simulation.sqlite")],  # 2025.3; 2024.6
     ids=lambda p: p.name[:30],
 )
 def test_diagnostic_messages_are_instants_with_their_labels(path: Path) -> None:
-    if not path.exists():
-        pytest.skip("corpus not present")
     with _db(path) as db:
         want = db.execute(
             "SELECT d.timestamp, iif(d.timestampType = 2, NULL, d.timestamp), d.text, "
@@ -470,7 +458,9 @@ def test_diagnostic_messages_are_instants_with_their_labels(path: Path) -> None:
 def test_the_note_lists_only_tables_still_not_converted(tmp_path: Path) -> None:
     notes = _meta(traceconv.read(FIXED), b"traceconv.stats")["notes"]
     assert not [n for n in notes if "not converted" in n]
-    result = CliRunner().invoke(main, ["nsys", str(FIXTURES / "graph_whole.sqlite"), "-o", str(tmp_path / "g.parquet")])
+    result = CliRunner().invoke(
+        main, ["nsys", str(fixture("nsys/h200/graph_whole.sqlite")), "-o", str(tmp_path / "g.parquet")]
+    )
     assert result.exit_code == 0, result.output
     assert "note: not converted (no place in the unified schema yet): CUDA_GRAPH_EVENTS (4 rows)\n" in result.output
     assert not {OVERHEAD, CUDA_EVENT, DIAGNOSTIC} & set(re.findall(r"[A-Z_]{6,}", result.output))
@@ -484,16 +474,13 @@ def test_metadata_version_gpus_and_names(fixed: pa.Table) -> None:
     api = _rows(fixed, kind="cuda_api")
     assert {r["process_name"] for r in api} == {"python3"}
     assert {(r["tid"], r["thread_name"]) for r in api} >= {(601, "python3"), (654, "pt_autograd_0")}
-    old = PUBLIC / "lockfuehrer__beast_ressoruces__report2.sqlite"
-    if old.exists():
-        gpus = _meta(traceconv.read(old), b"traceconv.trace")["gpus"]
-        assert len(gpus) == 2 and all(g["name"] for g in gpus)  # TARGET_INFO_CUDA_GPU, before 2021.2
+    old = fixture("nsys/public/lockfuehrer__beast_ressoruces__report2.sqlite")
+    gpus = _meta(traceconv.read(old), b"traceconv.trace")["gpus"]
+    assert len(gpus) == 2 and all(g["name"] for g in gpus)  # TARGET_INFO_CUDA_GPU, before 2021.2
 
 
 def test_export_without_cuda_tables_is_empty_with_a_note(tmp_path: Path) -> None:
-    path = PUBLIC / "mabdullahsoyturk__cardiac-simulation__report1.sqlite"
-    if not path.exists():
-        pytest.skip("corpus not present")
+    path = fixture("nsys/public/mabdullahsoyturk__cardiac-simulation__report1.sqlite")
     result = traceconv.convert(path, tmp_path / "c.parquet")
     assert result.rows == 0
     assert any("no CUDA tables" in n for n in result.info.notes)

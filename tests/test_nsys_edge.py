@@ -20,10 +20,12 @@ import pyarrow.compute as pc
 import pytest
 
 import traceconv
-from traceconv.readers.nsys_enums import SEVERITIES, labelled
-from traceconv.readers.nsys_parts import json_args
+from traceconv.readers.nsys.enums import SEVERITIES, labelled
+from traceconv.readers.nsys.parts import json_args
 
-FIXED = Path(__file__).resolve().parents[1] / "fixtures" / "nsys" / "fixed.sqlite"
+from .conftest import fixture
+
+FIXED = fixture("nsys/h200/fixed.sqlite")
 MAIN = 281485059818073  # globalTid of fixed.sqlite's main thread (pid 601, tid 601)
 OTHER = 281485059818126  # its pt_autograd_0 thread (tid 654)
 EVENT_AT = 9_318_600_000  # after its cudaEventRecordWithFlags call (9,318,513,855 to 9,318,527,925)

@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 import traceconv
 from traceconv.cli import main
-from traceconv.readers.nsys_privacy import REDACTED, redact_arguments, redact_value
+from traceconv.readers.nsys.privacy import REDACTED, redact_arguments, redact_value
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nsys"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
-EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
+from .conftest import fixture, real_files
+
+EXPORTS = real_files("nsys", ("*.sqlite",))
 CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|AUTH|CREDENTIAL|COOKIE|SESSION", re.IGNORECASE)
 MIN_LEN = 7  # shorter values ("1", "true", "x86_64") occur in any output by chance
 
@@ -138,7 +138,7 @@ def test_no_environment_value_reaches_the_output(path: Path, tmp_path: Path) -> 
 
 def test_some_exports_really_carry_an_environment() -> None:
     """The test above is not vacuous: the corpus holds environments, and StringIds copies of them."""
-    env = _environment(FIXTURES / "fixed.sqlite")
+    env = _environment(fixture("nsys/h200/fixed.sqlite"))
     assert len(env) > 40 and "PATH" in env
     assert any(len(v) >= MIN_LEN for vals in env.values() for v in vals)
 
@@ -148,7 +148,7 @@ def secret_export(tmp_path: Path) -> Path:
     """Hand-made: fixed.sqlite with credentials planted where nsys puts the environment (the corpus had
     its real ones replaced by REDACTED before it was shared)."""
     path = tmp_path / "secrets.sqlite"
-    shutil.copy(FIXTURES / "fixed.sqlite", path)
+    shutil.copy(fixture("nsys/h200/fixed.sqlite"), path)
     with sqlite3.connect(path) as db:
         db.executemany(
             "INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)",

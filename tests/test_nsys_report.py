@@ -19,11 +19,12 @@ from click.testing import CliRunner
 import traceconv
 from traceconv.cli import main
 from traceconv.errors import InputError, ToolMissingError
-from traceconv.readers import nsys_report as R
 from traceconv.readers import sniff
+from traceconv.readers.nsys import report as R
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nsys"
-EXPORT = FIXTURES / "buggy.sqlite"
+from .conftest import fixture
+
+EXPORT = fixture("nsys/h200/buggy.sqlite")
 
 FAKE = """#!{python}
 import shutil, sys
@@ -53,7 +54,7 @@ def calls(log: Path) -> list[list[str]]:
 def report(tmp_path: Path) -> Path:
     path = tmp_path / "reports" / "buggy.nsys-rep"
     path.parent.mkdir()
-    shutil.copy(FIXTURES / "buggy.nsys-rep", path)
+    shutil.copy(fixture("nsys/h200/buggy.nsys-rep"), path)
     return path
 
 

@@ -22,13 +22,13 @@ import traceconv
 from traceconv import io
 from traceconv import schema as S
 from traceconv.errors import InputError
-from traceconv.readers import nsys_sql
-from traceconv.readers.nsys_sql import Database
+from traceconv.readers.nsys import sql as nsys_sql
+from traceconv.readers.nsys.sql import Database
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "fixtures" / "nsys"
-CORPUS = ROOT.parent / "shared" / "corpus" / "nsys"
-EXPORTS = sorted({*CORPUS.rglob("*.sqlite"), *FIXTURES.rglob("*.sqlite")}, key=lambda p: (p.name, str(p)))
+from .conftest import fixture, real_files
+
+EXPORTS = real_files("nsys", ("*.sqlite",))
+FIXED = fixture("nsys/h200/fixed.sqlite")
 needs_adbc = pytest.mark.skipif(nsys_sql.adbc is None, reason="adbc-driver-sqlite is not installed")
 
 
@@ -111,7 +111,7 @@ def test_the_fallback_reads_every_table_alone(hand_made: Path, csv_only: None) -
 def test_statistics_only_on_the_columns_users_filter_on(tmp_path: Path) -> None:
     assert set(io.STATISTICS_COLUMNS) <= set(S.NAMES)
     out = tmp_path / "fixed.parquet"
-    traceconv.convert(FIXTURES / "fixed.sqlite", out)
+    traceconv.convert(FIXED, out)
     group = pq.read_metadata(out).row_group(0)
     with_stats = {group.column(i).path_in_schema for i in range(group.num_columns) if group.column(i).is_stats_set}
     assert with_stats == set(io.STATISTICS_COLUMNS)
@@ -120,7 +120,7 @@ def test_statistics_only_on_the_columns_users_filter_on(tmp_path: Path) -> None:
 def test_converting_imports_no_pandas(tmp_path: Path) -> None:
     code = (
         "import sys; from traceconv.cli import main\n"
-        f"main(['nsys', {str(FIXTURES / 'fixed.sqlite')!r}, '-o', {str(tmp_path / 'x.parquet')!r}], "
+        f"main(['nsys', {str(FIXED)!r}, '-o', {str(tmp_path / 'x.parquet')!r}], "
         "standalone_mode=False)\n"
         "assert 'pandas' not in sys.modules, 'pandas was imported'"
     )

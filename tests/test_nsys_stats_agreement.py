@@ -16,16 +16,18 @@ import pytest
 import traceconv
 import traceconv.analyses.kernels as K
 
-from .conftest import FIXTURES
+from .conftest import fixture_files, fixture_name
 
 
 def _pairs() -> list[tuple[Path, Path]]:
+    exports = {fixture_name(p): p for p in fixture_files("nsys", ("*.sqlite",))}
     found = []
-    for trace_csv in sorted(FIXTURES.rglob("*.cuda_kern_exec_trace.csv*")):
+    for trace_csv in fixture_files("nsys", ("*.cuda_kern_exec_trace.csv", "*.cuda_kern_exec_trace.csv.gz")):
         stem = trace_csv.name.split(".cuda_kern_exec_trace")[0]
-        for folder in (trace_csv.parent, trace_csv.parent.parent):
-            if (folder / f"{stem}.sqlite").exists():
-                found.append((folder / f"{stem}.sqlite", trace_csv))
+        folder = fixture_name(trace_csv).parent
+        for export in (folder / f"{stem}.sqlite", folder.parent / f"{stem}.sqlite"):
+            if export in exports:
+                found.append((exports[export], trace_csv))
                 break
     return found
 

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from traceconv import io as tio
 from traceconv.cli import main
-from traceconv.readers import spill
+from traceconv.readers.pytorch import spill
 
-from .conftest import FIXTURES
+from .conftest import fixture
 
-TRACE = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"  # 5 MB of JSON: spills to a file
+TRACE = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")  # 5 MB of JSON: spills to a file
 
 
 def _disk_full(*args: object, **kwargs: object) -> None:

@@ -11,17 +11,17 @@ import pyarrow as pa
 import pytest
 
 from traceconv import schema as S
-from traceconv.readers.chunker import EventChunks
-from traceconv.readers.pytorch import PytorchReader
+from traceconv.readers.pytorch.chunker import EventChunks
+from traceconv.readers.pytorch.reader import PytorchReader
 
-from .conftest import FIXTURES, corpus_files
+from .conftest import fixture, param_path, real_files
 
 SMALL = 32 << 10  # small chunks, so that even the small real traces are cut into many
 # the traces large enough for the workers (a .gz counts as 8x its size) at SMALL chunks
 TRACES = [
     p
-    for p in corpus_files("pytorch", ("*.json", "*.json.gz"))
-    if p.stat().st_size * (8 if p.suffix == ".gz" else 1) > 6 * SMALL
+    for p in real_files("pytorch", ("*.json", "*.json.gz"))
+    if param_path(p).stat().st_size * (8 if param_path(p).suffix == ".gz" else 1) > 6 * SMALL
 ]
 
 
@@ -59,7 +59,7 @@ def test_one_worker_and_this_process_share_the_chunks(tmp_path: Path, monkeypatc
     """The default on two cores: one worker, and the main process converts chunks while the
     worker's queue is full. Chunks done on either side come together as one process's."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    path = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+    path = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
     one, single = _read(path, workers=0)
     two, parallel = _read(path, workers=1)
     assert parallel.workers_used == 1
@@ -72,7 +72,7 @@ def test_one_worker_and_this_process_share_the_chunks(tmp_path: Path, monkeypatc
 
 
 def _with_damage(tmp_path: Path, old: bytes, new: bytes) -> Path:
-    text = gzip.decompress((FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz").read_bytes())
+    text = gzip.decompress((fixture("pytorch/h200/train_buggy.pt.trace.json.gz")).read_bytes())
     at = text.index(old, len(text) // 2)  # in a later chunk, after workers have done several
     out = tmp_path / "damaged.json"
     out.write_bytes(text[:at] + new + text[at + len(old) :])
@@ -98,7 +98,7 @@ def test_repairs_are_made_by_the_workers_as_by_one_process(tmp_path: Path, old: 
 
 
 def test_trailing_comma_note_survives_the_workers(tmp_path: Path) -> None:
-    text = gzip.decompress((FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz").read_bytes())
+    text = gzip.decompress((fixture("pytorch/h200/train_buggy.pt.trace.json.gz")).read_bytes())
     end = text.rindex(b"}", 0, text.rindex(b"]")) + 1  # the last event's closing brace
     path = tmp_path / "comma.json"
     path.write_bytes(text[:end] + b"," + text[end:])
@@ -113,7 +113,7 @@ def test_trailing_comma_note_survives_the_workers(tmp_path: Path) -> None:
 def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path) -> None:
     # Names holding the event-boundary pattern: some chunks end inside a string, which only
     # the one-process path (decoding to confirm each cut) can move past.
-    text = gzip.decompress((FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz").read_bytes())
+    text = gzip.decompress((fixture("pytorch/h200/train_buggy.pt.trace.json.gz")).read_bytes())
     half = len(text) // 2
     path = tmp_path / "trap.json"
     path.write_bytes(text[:half] + text[half:].replace(b'"name": "aten::', b'"name": "},  {aten::'))
@@ -127,8 +127,8 @@ def test_a_cut_inside_a_string_falls_back_to_one_process(tmp_path: Path) -> None
 
 def test_workers_exit_when_the_main_side_goes_away() -> None:
     """A worker must not wait forever on a pipe whose main end another worker inherited."""
-    from traceconv.readers.kineto_workers import ChunkPool
-    from traceconv.readers.pytorch import StrictDecoder
+    from traceconv.readers.pytorch.reader import StrictDecoder
+    from traceconv.readers.pytorch.workers import ChunkPool
 
     with tempfile.TemporaryDirectory() as tmp:
         pool = ChunkPool([os.path.join(tmp, "a"), os.path.join(tmp, "b")], StrictDecoder())

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from traceconv import cli
+from traceconv.cli.progress import Bar
 
-from .conftest import FIXTURES
+from .conftest import fixture
 
 
 class _Terminal(io.StringIO):
@@ -24,7 +24,7 @@ class _Terminal(io.StringIO):
 def test_bar_draws_on_a_terminal_for_large_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
-    bar = cli._Bar("big.json")
+    bar = Bar("big.json")
     bar(50 << 20, 100 << 20)
     bar(100 << 20, 100 << 20)
     bar.close()
@@ -34,10 +34,10 @@ def test_bar_draws_on_a_terminal_for_large_inputs(monkeypatch: pytest.MonkeyPatc
 def test_bar_is_silent_when_not_a_terminal_or_small(monkeypatch: pytest.MonkeyPatch) -> None:
     pipe = io.StringIO()
     monkeypatch.setattr(sys, "stderr", pipe)
-    cli._Bar("big.json")(50 << 20, 100 << 20)
+    Bar("big.json")(50 << 20, 100 << 20)
     term = _Terminal()
     monkeypatch.setattr(sys, "stderr", term)
-    cli._Bar("small.json")(1 << 20, 2 << 20)
+    Bar("small.json")(1 << 20, 2 << 20)
     assert pipe.getvalue() == "" and term.getvalue() == ""
 
 
@@ -49,7 +49,7 @@ def test_ingest_through_a_pipe_prints_no_progress(tmp_path: Path) -> None:
             "-m",
             "traceconv.cli",
             "ingest",
-            str(FIXTURES / "pytorch" / "seed_linear.json"),
+            str(fixture("pytorch/h200/seed_linear.json")),
             "-o",
             str(out),
         ],
@@ -62,12 +62,12 @@ def test_ingest_through_a_pipe_prints_no_progress(tmp_path: Path) -> None:
 
 def test_ingest_on_a_terminal_draws_the_bar(tmp_path: Path) -> None:
     """A real pseudo-terminal, and an input past the 4 MiB threshold (a real trace's events, repeated)."""
-    text = (FIXTURES / "pytorch" / "seed_linear.json").read_text()
+    text = (fixture("pytorch/h200/seed_linear.json")).read_text()
     head, _, rest = text.partition('"traceEvents": [')
     events, _, tail = rest.rpartition("]")
     big = tmp_path / "big.json"
     big.write_text(head + '"traceEvents": [' + ",".join([events.strip()] * 25) + "]" + tail)
-    assert big.stat().st_size > cli._Bar.MIN_BYTES
+    assert big.stat().st_size > Bar.MIN_BYTES
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "traceconv.cli", "ingest", str(big), "-o", str(tmp_path / "big.parquet")],

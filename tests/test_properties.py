@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 
 import traceconv
 from traceconv.errors import TraceconvError
-from traceconv.readers.links import SortedKeys
+from traceconv.readers.sorted_keys import SortedKeys
 
 from .broken import make_broken as MB
-from .conftest import FIXTURES
+from .conftest import fixture, real_files
 from .kineto_truth import load, to_ns
 
 HANG_S = 30  # one conversion of these small traces takes well under a second
@@ -48,15 +48,15 @@ PROPERTY = settings(
 PENDING_PROPERTY = settings(PROPERTY, phases=(Phase.explicit, Phase.generate))
 
 Event = tuple[Any, Any]  # (name, ts in ns relative to the trace's base)
-SMALL = (
-    "cuda_graph.json",
-    "streams_memcpy.json",
-    "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz",
-)
-TRACES = {name: MB.load_trace(FIXTURES / "pytorch" / name) for name in SMALL}
+SMALL = {
+    "cuda_graph.json": "h200",
+    "streams_memcpy.json": "h200",
+    "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz": "public",
+}
+TRACES = {name: MB.load_trace(fixture(f"pytorch/{sub}/{name}")) for name, sub in SMALL.items()}
 EVENTS = {
-    name: [(e.get("name"), to_ns(e.get("ts"))) for e in load(FIXTURES / "pytorch" / name)["traceEvents"]]
-    for name in SMALL
+    name: [(e.get("name"), to_ns(e.get("ts"))) for e in load(fixture(f"pytorch/{sub}/{name}"))["traceEvents"]]
+    for name, sub in SMALL.items()
 }
 
 
@@ -115,7 +115,7 @@ def foreign(got: list[Event], original: list[Event]) -> int:
 
 # -- truncation --------------------------------------------------------------------------------
 @PROPERTY
-@given(name=st.sampled_from(SMALL), where=st.floats(0, 1, exclude_max=True))
+@given(name=st.sampled_from(list(SMALL)), where=st.floats(0, 1, exclude_max=True))
 def test_truncated_anywhere_is_an_error_and_salvage_keeps_the_complete_events(name: str, where: float) -> None:
     t = TRACES[name]
     cut = 1 + int(where * (len(t.data.rstrip()) - 2))
@@ -152,7 +152,7 @@ def mutate(data: bytes, edits: list[tuple[str, float, int]]) -> bytes:
 
 
 @PROPERTY
-@given(name=st.sampled_from(SMALL), edits=st.lists(mutation, min_size=1, max_size=3), salvage=st.booleans())
+@given(name=st.sampled_from(list(SMALL)), edits=st.lists(mutation, min_size=1, max_size=3), salvage=st.booleans())
 def test_damaged_bytes_never_crash_and_invent_at_most_one_event_each(
     name: str, edits: list[tuple[str, float, int]], salvage: bool
 ) -> None:
@@ -177,7 +177,7 @@ def test_single_bit_flips_found_by_the_property_above(edits: list[tuple[str, int
 
 
 @PROPERTY
-@given(name=st.sampled_from(SMALL), data=st.data())
+@given(name=st.sampled_from(list(SMALL)), data=st.data())
 def test_structural_damage_is_located_and_salvage_drops_only_the_damaged_events(name: str, data: Any) -> None:
     """A bit flipped in the ':' after a key: the error gives its byte; salvage drops just that event."""
     t = TRACES[name]
@@ -235,7 +235,7 @@ def dialect_check(name: str, dialects: list[str], seed: int) -> None:
 
 @PROPERTY
 @given(
-    name=st.sampled_from(SMALL[:2]),
+    name=st.sampled_from(list(SMALL)[:2]),
     dialects=st.lists(st.sampled_from(REPAIRED), min_size=1, max_size=3, unique=True),
     seed=st.integers(0, 2**32),
 )
@@ -260,7 +260,7 @@ def check_round_trip(path: Path, doc: dict[str, Any]) -> None:
             assert text is not None and json.loads(text) == event["args"], (i, text, event["args"])
 
 
-VALID = sorted((FIXTURES / "pytorch").glob("*.json*"))
+VALID = real_files("pytorch", ("*.json", "*.json.gz"))
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.name[:50])

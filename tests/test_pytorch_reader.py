@@ -15,12 +15,16 @@ import pytest
 
 import traceconv
 from traceconv import schema as S
-from traceconv.readers.pytorch import PytorchReader
+from traceconv.readers.pytorch.reader import PytorchReader
 
-from .conftest import FIXTURES, corpus_files
+from .conftest import fixture, fixture_files, real_files
 from .kineto_truth import expected_kind, load, to_ns
 
-TRACES = corpus_files("pytorch", ("*.json", "*.json.gz"))
+TRACES = real_files("pytorch", ("*.json", "*.json.gz"))
+NS_RESOLUTION = (
+    "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_ns_resolution_trace_rank-0"
+    ".Apr_03_18_51_38.1102.pt.trace.json.gz"
+)
 
 
 def _ids(path: Path) -> str:
@@ -76,10 +80,7 @@ def test_correlation_and_external_ids_are_the_arguments(path: Path) -> None:
 
 
 def test_absolute_fractional_microseconds_keep_every_digit() -> None:
-    path = next((p for p in TRACES if "ns_resolution" in p.name), None)
-    if path is None:
-        pytest.skip("ns_resolution trace not in this corpus")
-    table = traceconv.read(path)
+    table = traceconv.read(fixture(NS_RESOLUTION))
     meta = table.schema.metadata
     assert meta[S.META_TIME_BASE] == b"unix_epoch"
     starts = set(table["start_ns"].to_pylist())
@@ -87,17 +88,15 @@ def test_absolute_fractional_microseconds_keep_every_digit() -> None:
 
 
 def test_relative_time_becomes_epoch_with_base() -> None:
-    table = traceconv.read(FIXTURES / "pytorch" / "cuda_graph.json")
+    table = traceconv.read(fixture("pytorch/h200/cuda_graph.json"))
     assert table.schema.metadata[S.META_TIME_BASE] == b"unix_epoch"
     # "ts": 5127636769958.963 + "baseTimeNanoseconds": 1790857026000000000
     assert table["start_ns"][0].as_py() == 1790857026000000000 + 5127636769958963
 
 
 def test_legacy_trace_string_streams_and_categories() -> None:
-    path = (
-        FIXTURES
-        / "pytorch"
-        / ("facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz")
+    path = fixture(
+        "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz"
     )
     table = traceconv.read(path).to_pandas()
     kernels = table[table["kind"] == "kernel"]
@@ -109,7 +108,7 @@ def test_legacy_trace_string_streams_and_categories() -> None:
 
 def test_cupti_overhead_rows_are_kind_overhead() -> None:
     """Kineto's `overhead` category (CUPTI's own work, pid -1) is the kind that nsys's PROFILER_OVERHEAD gets."""
-    table = traceconv.read(FIXTURES / "pytorch" / "seed_linear.json").to_pandas()
+    table = traceconv.read(fixture("pytorch/h200/seed_linear.json")).to_pandas()
     overhead = table[table["kind"] == "overhead"]
     assert len(overhead) == 8 and overhead["category"].astype(str).eq("overhead").all()
     assert set(overhead["name"].astype(str)) >= {"Activity Buffer Request", "Runtime Triggered Module Loading"}
@@ -117,7 +116,9 @@ def test_cupti_overhead_rows_are_kind_overhead() -> None:
 
 
 def test_integer_past_int64_survives_in_args() -> None:
-    path = next(p for p in (FIXTURES / "pytorch").iterdir() if "large_integer" in p.name)
+    path = fixture(
+        "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_rank-70.Mar_25_20_48_12.2861.pt.trace.json.gz"
+    )
     table = traceconv.read(path)
     args = [a for a in table["args"].to_pylist() if a]
     assert any("10159970886766084423" in a for a in args)
@@ -125,7 +126,7 @@ def test_integer_past_int64_survives_in_args() -> None:
 
 def test_schema_in_file_equals_documented(tmp_path: Path) -> None:
     out = tmp_path / "t.parquet"
-    traceconv.convert(FIXTURES / "pytorch" / "streams_memcpy.json", out)
+    traceconv.convert(fixture("pytorch/h200/streams_memcpy.json"), out)
     assert pq.read_schema(out).remove_metadata().equals(S.SCHEMA)
     assert traceconv.trace_metadata(out)["schema_version"] == S.SCHEMA_VERSION
 
@@ -133,7 +134,7 @@ def test_schema_in_file_equals_documented(tmp_path: Path) -> None:
 def test_duckdb_and_pandas_read_the_output(tmp_path: Path) -> None:
     duckdb = pytest.importorskip("duckdb")
     out = tmp_path / "t.parquet"
-    traceconv.convert(FIXTURES / "pytorch" / "streams_memcpy.json", out)
+    traceconv.convert(fixture("pytorch/h200/streams_memcpy.json"), out)
     rows = duckdb.sql(f"SELECT kind, count(*) FROM read_parquet('{out}') GROUP BY kind").fetchall()
     assert dict(rows)["memcpy"] == 16
     df = traceconv.read_unified(out, kinds=["memcpy"], columns=["copy_kind", "bytes", "src_kind"])
@@ -143,7 +144,7 @@ def test_duckdb_and_pandas_read_the_output(tmp_path: Path) -> None:
 
 def test_trace_metadata_goes_into_parquet_metadata(tmp_path: Path) -> None:
     out = tmp_path / "t.parquet"
-    traceconv.convert(FIXTURES / "pytorch" / "streams_memcpy.json", out)
+    traceconv.convert(fixture("pytorch/h200/streams_memcpy.json"), out)
     meta = traceconv.trace_metadata(out)
     assert meta["trace"]["deviceProperties"][0]["name"] == "NVIDIA H200"
     assert "cupti_version" in meta["trace"]
@@ -151,7 +152,7 @@ def test_trace_metadata_goes_into_parquet_metadata(tmp_path: Path) -> None:
 
 
 def test_chunked_and_whole_reads_are_identical() -> None:
-    path = FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz"
+    path = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
     whole = pa.concat_tables(PytorchReader(path).tables())
     chunked = pa.concat_tables(PytorchReader(path, chunk_size=64 << 10).tables())
     assert chunked.num_rows == whole.num_rows
@@ -160,14 +161,14 @@ def test_chunked_and_whole_reads_are_identical() -> None:
 
 
 def test_launch_and_operator_links_on_h200_trace() -> None:
-    doc = load(FIXTURES / "pytorch" / "streams_memcpy.json")
+    doc = load(fixture("pytorch/h200/streams_memcpy.json"))
     events = doc["traceEvents"]
     runtime = {
         e["args"]["correlation"]: e
         for e in events
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
-    table = traceconv.read(FIXTURES / "pytorch" / "streams_memcpy.json")
+    table = traceconv.read(fixture("pytorch/h200/streams_memcpy.json"))
     rows = table.to_pylist()
     checked = 0
     for i, e in enumerate(events):
@@ -189,7 +190,7 @@ def test_directory_becomes_dataset(tmp_path: Path) -> None:
     src = tmp_path / "run"
     src.mkdir()
     for name in ("cuda_graph.json", "streams_memcpy.json"):
-        (src / name).write_bytes((FIXTURES / "pytorch" / name).read_bytes())
+        (src / name).write_bytes(fixture(f"pytorch/h200/{name}").read_bytes())
     from click.testing import CliRunner
 
     from traceconv.cli import main
@@ -276,9 +277,9 @@ def _agrees(got: Any, expected: set[int]) -> bool:
 
 
 def test_operator_rules_are_all_exercised() -> None:
-    """The corpus has API calls that each rule decides (else the test above proves little)."""
+    """The fixtures have API calls that each rule decides (else the test above proves little)."""
     seen: Counter[str] = Counter()
-    for path in TRACES:
+    for path in fixture_files("pytorch", ("*.json", "*.json.gz")):
         seen += _expected_operators(traceconv.read(path).to_pandas())[1]
     assert all(seen[rule] > 0 for rule in ("external id", "cpu_op", "annotation", "none")), seen
 
@@ -316,7 +317,7 @@ def test_operator_preferences_hand_made(tmp_path: Path) -> None:
 
 def test_modern_external_ids_name_the_operator() -> None:
     """Since late 2024 External id is reliable: the resolved operator has the call's External id."""
-    df = traceconv.read(FIXTURES / "pytorch" / "train_buggy.pt.trace.json.gz").to_pandas()
+    df = traceconv.read(fixture("pytorch/h200/train_buggy.pt.trace.json.gz")).to_pandas()
     rows = df.set_index("event_id")
     api = df[(df["kind"] == "cuda_api") & df["external_id"].notna() & df["op_event_id"].notna()]
     assert len(api) > 1000
@@ -327,29 +328,29 @@ def test_modern_external_ids_name_the_operator() -> None:
 @pytest.mark.parametrize(
     ("name", "rank"),
     [
-        ("facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz", 1),
-        ("seed_linear.json", None),
+        ("public/facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz", 1),
+        ("h200/seed_linear.json", None),
     ],
 )
 def test_every_row_names_its_trace_and_rank(name: str, rank: int | None) -> None:
-    path = FIXTURES / "pytorch" / name
+    path = fixture(f"pytorch/{name}")
     table = pa.concat_tables(PytorchReader(path, workers=0).tables())
     assert table.num_rows > 0
     assert table["source"].cast(pa.string()).unique().to_pylist() == ["pytorch"]
-    assert table["trace_id"].cast(pa.string()).unique().to_pylist() == [name.split(".")[0]]
+    assert table["trace_id"].cast(pa.string()).unique().to_pylist() == [path.name.split(".")[0]]
     assert table["rank"].unique().to_pylist() == [rank]
 
 
 def test_thread_pairs_from_32_bit_ids() -> None:
     """The link index keeps pids and tids in 32 bits where they fit; packing a pair into one
     64-bit key must widen them first (int32 << 32 would overflow)."""
-    from traceconv.readers.kineto_links import _id_type, _unique_pairs
+    from traceconv.readers.pytorch.operators import id_type, unique_pairs
 
     pid = np.array([7, 7, 2**31 - 1, 7], dtype=np.int32)
     tid = np.array([2**31 - 1, -5, 3, 2**31 - 1], dtype=np.int32)
-    pairs, inverse = _unique_pairs(pid, tid)
+    pairs, inverse = unique_pairs(pid, tid)
     assert [pairs[i] for i in inverse] == [(7, 2**31 - 1), (7, -5), (2**31 - 1, 3), (7, 2**31 - 1)]
-    assert _id_type(2**31 - 1) is np.int32 and _id_type(2**31) is np.int64
+    assert id_type(2**31 - 1) is np.int32 and id_type(2**31) is np.int64
 
 
 def test_text_is_compares_each_distinct_value_once() -> None:

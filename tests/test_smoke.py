@@ -4,12 +4,12 @@ from pathlib import Path
 
 import traceconv
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+from .conftest import fixture
 
 
 def test_demo_trace_converts(tmp_path: Path) -> None:
     out = tmp_path / "t.parquet"
-    result = traceconv.convert(FIXTURES / "pytorch" / "cuda_graph.json", out)
+    result = traceconv.convert(fixture("pytorch/h200/cuda_graph.json"), out)
     assert result.rows == 208
     df = traceconv.read_unified(out, kinds=["kernel"])
     assert len(df) == 21

@@ -27,7 +27,7 @@ from traceconv.analyses.prepare import INPUT_COLUMNS, prepare
 from traceconv.analyses.summary import as_dict, summarize
 from traceconv.cli import main
 
-from .conftest import CORPUS, FIXTURES
+from .conftest import fixture
 from .kineto_truth import load as load_json
 from .kineto_truth import to_ns
 from .summary_truth import (
@@ -39,9 +39,11 @@ from .summary_truth import (
     sqlite_sync_kinds,
 )
 
-PT = FIXTURES / "pytorch"
-BUGGY, FIXED = PT / "train_buggy.pt.trace.json.gz", PT / "train_fixed.pt.trace.json.gz"
-NSYS_BUGGY, NSYS_FIXED = FIXTURES / "nsys" / "buggy.sqlite", FIXTURES / "nsys" / "fixed.sqlite"
+BUGGY, FIXED = (
+    fixture("pytorch/h200/train_buggy.pt.trace.json.gz"),
+    fixture("pytorch/h200/train_fixed.pt.trace.json.gz"),
+)
+NSYS_BUGGY, NSYS_FIXED = fixture("nsys/h200/buggy.sqlite"), fixture("nsys/h200/fixed.sqlite")
 
 
 @cache
@@ -50,7 +52,6 @@ def summary_of(path: Path, top: int = 0) -> dict[str, Any]:
 
 
 def nsys(path: Path) -> dict[str, Any]:
-    pytest.importorskip("traceconv.readers.nsys", reason="the Nsight Systems reader is not in this checkout")
     return summary_of(path)
 
 
@@ -154,9 +155,7 @@ def test_fixed_nsys_run_keeps_the_dtoh_copies_outside_its_steps() -> None:
 def test_nsys_event_queries_are_not_syncs_and_emit_nvtx_ranges_group_by_operator() -> None:
     """A 2-GPU inference export: CUPTI logs a sync record for each cudaEventQuery (which only polls),
     and PyTorch's emit_nvtx names every range `aten::copy_, op_id = N`."""
-    path = CORPUS / "nsys" / "public" / "GindaChen__nsys-ai__mfu_2gpu_before.sqlite"
-    if not path.exists():
-        pytest.skip("../shared/corpus is absent")
+    path = fixture("nsys/public/GindaChen__nsys-ai__mfu_2gpu_before.sqlite")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     by_type = dict(db.execute("SELECT syncType, COUNT(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION GROUP BY 1"))
     copies = db.execute(
@@ -175,9 +174,7 @@ def test_nsys_event_queries_are_not_syncs_and_emit_nvtx_ranges_group_by_operator
 
 def test_a_synchronous_copy_from_pageable_memory_is_staging_and_one_to_pageable_memory_a_result_wait() -> None:
     """A small CUDA program (corpus, no steps): cudaMemcpy HtoD x2 from pageable memory, cudaMemcpy DtoH x1."""
-    path = CORPUS / "nsys" / "public" / "Faraz-Nasir__CUDA---Recap__report1.sqlite"
-    if not path.exists():
-        pytest.skip("../shared/corpus is absent")
+    path = fixture("nsys/public/Faraz-Nasir__CUDA---Recap__report1.sqlite")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     kinds = dict(
         db.execute("SELECT copyKind, COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind IN (0, 2) GROUP BY 1")
@@ -227,7 +224,7 @@ def test_top_operator_gpu_times_match_an_independent_reading_of_the_json() -> No
 
 def test_gpu_busy_is_the_union_of_overlapping_streams() -> None:
     """streams_memcpy.json runs copies and kernels on two streams at once: busy < summed durations."""
-    path = PT / "streams_memcpy.json"
+    path = fixture("pytorch/h200/streams_memcpy.json")
     events = [e for e in load_json(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
     spans = sorted((to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])) for e in events)
     busy, end = 0, None
@@ -345,8 +342,8 @@ def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
 
 def test_a_trace_without_gpu_work_has_no_gpu_findings() -> None:
     """HTA's 2-event trace (edge case from the corpus): no kernels, no steps, no crash."""
-    path = PT / (
-        "facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_rank-70"
+    path = fixture(
+        "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_large_integer_trace_rank-70"
         ".Mar_25_20_48_12.2861.pt.trace.json.gz"
     )
     d = summary_of(path)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceconv.readers.kineto_times import _as_decimal, _decimal_ns, times_ns
-from traceconv.readers.pytorch import PytorchReader
+from traceconv.readers.pytorch.reader import PytorchReader
+from traceconv.readers.pytorch.times import _as_decimal, _decimal_ns, times_ns
 
-from .conftest import corpus_files
+from .conftest import fixture
 
 # Forms seen in real traces and forms that must take the slow path (edge cases no corpus file has).
 ODD = [
@@ -73,9 +73,9 @@ def test_any_decimal_text(numbers: list[Decimal], unpadded: bool) -> None:
 
 def test_absolute_times_read_the_same_in_small_chunks() -> None:
     """Chunks after the first are decoded exactly first (the decoder remembers): same times as one chunk."""
-    path = next((p for p in corpus_files("pytorch", ("*.json.gz",)) if "ns_resolution" in p.name), None)
-    if path is None:
-        pytest.skip("ns_resolution trace not in this corpus")
+    path = fixture(
+        "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    )
     whole = pa.concat_tables(PytorchReader(path, workers=0).tables())
     small = pa.concat_tables(PytorchReader(path, chunk_size=16 << 10, workers=0).tables())
     assert whole.num_rows == small.num_rows

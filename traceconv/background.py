@@ -24,7 +24,7 @@ class BackgroundWriter:
     def _start(self) -> None:
         """The thread starts with the first batch, not before: its C allocations come from a
         malloc arena of its own, which glibc takes from the arenas of threads already ended
-        (the reader's read-ahead, 5 MiB kept there) rather than adding one beside them."""
+        (the reader's read-ahead, whose freed memory is kept there) rather than adding one."""
         self._thread = threading.Thread(target=self._run, name="traceconv-writer", daemon=True)
         self._thread.start()
 

@@ -29,8 +29,8 @@ def processes_for(jobs: Sequence[Job], fmt: str | None, workers: int | None = No
         return 1
     from traceconv.errors import TraceconvError
     from traceconv.readers import sniff
-    from traceconv.readers.kineto_workers import worker_count
-    from traceconv.readers.pytorch import PytorchReader
+    from traceconv.readers.pytorch.reader import PytorchReader
+    from traceconv.readers.pytorch.workers import worker_count
 
     processes = min(len(jobs), worker_count(workers) + 1)
     if processes < 2:

@@ -21,8 +21,8 @@ from traceconv.readers import Progress, Reader, open_reader
 
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
 # Min/max statistics let a reader skip row groups when it filters (DuckDB, pyarrow.dataset,
-# Polars); computing them costs time on every column written (about 0.05 s of CPU for a
-# 22 MB nsys export), so only the columns that users filter on have them.
+# Polars); computing them costs time on every column written, so only the columns that
+# users filter on have them.
 STATISTICS_COLUMNS = [
     "kind",
     "name",
@@ -38,9 +38,8 @@ STATISTICS_COLUMNS = [
 ]
 
 # zstd (level 1) for the columns every row fills and the large text; snappy for the rest,
-# which are null in most rows (GPU details, links, memory): zstd gains little there (2 MiB
-# of a 14 MiB file) and costs a fifth of the writer's time (0.15 s of 0.8 s on the 240 MB
-# benchmark trace). Both are standard Parquet codecs every reader has.
+# which are null in most rows (GPU details, links, memory): zstd gains little size there and
+# costs much of the writer's time. Both are standard Parquet codecs every reader has.
 ZSTD_COLUMNS = frozenset(
     {
         *("source", "trace_id", "event_id", "kind", "category", "phase", "name"),
@@ -51,9 +50,8 @@ ZSTD_COLUMNS = frozenset(
 COMPRESSION = {c.name: "zstd" if c.name in ZSTD_COLUMNS else "snappy" for c in S.COLUMNS}
 COMPRESSION_LEVEL = {name: 1 for name in ZSTD_COLUMNS}
 WRITE_BUFFER = 1 << 18
-# Data pages of 256 KiB instead of pyarrow's 1 MiB: writing the args text of a row group
-# (~4 MiB) took ~10 MiB of the writer thread's memory with 1 MiB pages, ~4 MiB with these;
-# the main process's peak RSS 128 -> 123 MiB on the 240 MB bench trace, same time, file 3% larger.
+# Data pages of 256 KiB instead of pyarrow's 1 MiB: the writer thread holds a page's worth of
+# each column while it encodes, and the args text of a row group is several pages.
 DATA_PAGE = 1 << 18
 # What pyarrow.parquet.ParquetWriter passes to the class it wraps, where our options do not
 # say otherwise (see ``_parquet_writer``).
@@ -171,7 +169,7 @@ def _parquet_writer(sink: pa.NativeFile, **options: Any) -> Any:
     """The class that ``pyarrow.parquet.ParquetWriter`` wraps, made as that wrapper makes it.
 
     Importing ``pyarrow.parquet`` imports ``pyarrow.fs``, which loads the S3, GCS, Azure and
-    HDFS filesystems, OpenSSL and libcrypto: ~7.5 MiB of RSS in the converting process (and
+    HDFS filesystems, OpenSSL and libcrypto, megabytes of RSS in the converting process (and
     in its worker) for code that a write to a local stream never runs. Where this pyarrow
     has no such class or it takes other options, the public wrapper does the same work.
     """
@@ -263,7 +261,7 @@ def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence
         bad = sorted(set(kinds) - set(S.KINDS))
         if bad:
             raise UsageError(None, f"unknown kind(s) {', '.join(bad)}", f"choose from {', '.join(S.KINDS)}")
-    import pyarrow.dataset as ds  # 56 MB of RSS on import: only when reading
+    import pyarrow.dataset as ds  # tens of MB on import: only when reading
 
     dataset = ds.dataset([str(f) for f in files], format="parquet", schema=S.SCHEMA)
     filt = ds.field("kind").isin(list(kinds)) if kinds is not None else None

@@ -27,17 +27,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "fixtures"
-PT = FIXTURES / "pytorch"
-STREAMS = PT / "streams_memcpy.json"
-GRAPH = PT / "cuda_graph.json"
-SEED_LINEAR = PT / "seed_linear.json"
-TRITON = PT / "compiled_triton.json"
-TRAIN = PT / "train_buggy.pt.trace.json.gz"  # 5 MB decompressed: more than one 4 MiB chunk
-HTA = PT / "facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz"
-AMD = PT / "AMD-AGI__TraceLens__tests_traces_inference_vllm_decode_full_graph_execution.json.gz"
-NSYS = FIXTURES / "nsys" / "fixed.sqlite"
-STATS_CSV = FIXTURES / "nsys" / "nsys-stats" / "fixed.cuda_api_sum.csv"
+try:
+    from ..fixtures import fixture
+except ImportError:  # run as a script
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures import fixture
+STREAMS = fixture("pytorch/h200/streams_memcpy.json")
+GRAPH = fixture("pytorch/h200/cuda_graph.json")
+SEED_LINEAR = fixture("pytorch/h200/seed_linear.json")
+TRITON = fixture("pytorch/h200/compiled_triton.json")
+TRAIN = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")  # 5 MB decompressed: more than one 4 MiB chunk
+HTA = fixture(
+    "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_trace_file_list_inference_rank_1.json.gz"
+)
+AMD = fixture("pytorch/public/AMD-AGI__TraceLens__tests_traces_inference_vllm_decode_full_graph_execution.json.gz")
+NSYS = fixture("nsys/h200/fixed.sqlite")
+STATS_CSV = fixture("nsys/h200/nsys-stats/fixed.cuda_api_sum.csv")
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 
 SEED = 7

@@ -17,9 +17,25 @@ import pyarrow as pa
 
 from traceconv.analyses.findings import DEFAULTS, Finding, Thresholds, evaluate
 from traceconv.analyses.prepare import STEP_PATTERN, prepare
+from traceconv.analyses.results import (
+    Bound,
+    CopyChange,
+    CopyTotals,
+    DeviceChange,
+    DeviceTime,
+    FindingChanges,
+    KeptFinding,
+    OpChange,
+    OpShare,
+    SyncChange,
+    SyncChanges,
+    SyncShare,
+    SyncShares,
+    SyncTally,
+    plain,
+)
 from traceconv.analyses.stats import Scope, ScopeStats, measure, step_scope, window_scope
 from traceconv.analyses.summary import DEFAULT_TOP
-from traceconv.analyses.transfers import SYNC_KINDS
 
 _OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
 _KERNEL_MEASURES = ("count", "dur_ns", "queue_ns")
@@ -66,48 +82,107 @@ def diff(
     return Diff("steps" if note is None else "window", note, sides[0], sides[1])
 
 
+@dataclass(frozen=True)
+class SideReport:
+    """One run, per step (per window without steps): the figures of ``summary`` for its scope."""
+
+    steps: int
+    label: str | None
+    step_ns: int
+    gpu_time_ns: int
+    gpu: dict[str, DeviceTime]
+    bound: Bound
+    top_ops: list[dict[str, Any]]  # name and OP_MEASURES
+    top_kernels: list[dict[str, Any]]  # name and KERNEL_MEASURES
+    memcpy: dict[str, CopyTotals]
+    sync: SyncShares
+    findings: list[Finding]
+
+
+@dataclass(frozen=True)
+class DeltaReport:
+    """After minus before, per step; names and directions marked appeared, disappeared or kept."""
+
+    step_ns: int
+    gpu_time_ns: int
+    gpu: dict[str, DeviceChange]
+    top_ops: list[dict[str, Any]]
+    top_kernels: list[dict[str, Any]]
+    memcpy: dict[str, CopyChange]
+    sync: SyncChanges
+    findings: FindingChanges
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    scope: str
+    note: str | None
+    before: SideReport
+    after: SideReport
+    delta: DeltaReport
+
+
+def report(d: Diff, top: int = DEFAULT_TOP) -> DiffReport:
+    b, a = side_report(d.before, top), side_report(d.after, top)
+    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top))
+
+
 def as_dict(d: Diff, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    b, a = side_dict(d.before, top), side_dict(d.after, top)
-    return {"scope": d.scope, "note": d.note, "before": b, "after": a, "delta": delta(d, b, a, top)}
+    """The JSON form of :func:`report`."""
+    out: dict[str, Any] = plain(report(d, top))
+    return out
 
 
-def side_dict(side: Side, top: int) -> dict[str, Any]:
+def side_report(side: Side, top: int) -> SideReport:
     """One run per step: the keys of ``summary`` for the scope, every figure divided by its steps."""
     s, n = side.stats, side.steps
-    return {
-        "steps": n,
-        "label": s.scope.label,
-        "step_ns": _per(s.scope.window_ns, n),
-        "gpu_time_ns": _per(s.gpu_time_ns, n),
-        "gpu": {dev: {k: _per(v, n) for k, v in d.items()} for dev, d in s.gpu.items()},
-        "bound": s.bound,
-        "top_ops": _per_rows(s.ops, ("name", *_OP_MEASURES), n, top),
-        "top_kernels": _per_rows(s.kernels, ("name", *_KERNEL_MEASURES), n, top),
-        "memcpy": {k: {m: _per(v[m], n, count=m == "count") for m in _COPY_MEASURES} for k, v in s.memcpy.items()},
-        "sync": {**_sync_per(s.sync, n), **{k: _sync_per(s.sync[k], n) for k in SYNC_KINDS}},
-        "findings": [f.as_dict() for f in side.findings],
-    }
+    return SideReport(
+        steps=n,
+        label=s.scope.label,
+        step_ns=_per(s.scope.window_ns, n),
+        gpu_time_ns=_per(s.gpu_time_ns, n),
+        gpu={dev: DeviceTime(*(_per(v, n) for v in (d.busy_ns, d.idle_ns, d.window_ns))) for dev, d in s.gpu.items()},
+        bound=s.bound,
+        top_ops=_per_rows(s.ops, ("name", *_OP_MEASURES), n, top),
+        top_kernels=_per_rows(s.kernels, ("name", *_KERNEL_MEASURES), n, top),
+        memcpy={
+            k: CopyTotals(_per(v.count, n, count=True), _per(v.bytes, n), _per(v.dur_ns, n))
+            for k, v in s.memcpy.items()
+        },
+        sync=SyncShares(
+            **vars(_sync_per(s.sync, n)),
+            result_waits=_sync_per(s.sync.result_waits, n),
+            staging=_sync_per(s.sync.staging, n),
+        ),
+        findings=side.findings,
+    )
 
 
-def delta(d: Diff, b: dict[str, Any], a: dict[str, Any], top: int) -> dict[str, Any]:
+def delta(d: Diff, b: SideReport, a: SideReport, top: int) -> DeltaReport:
     nb, na = d.before.steps, d.after.steps
-    return {
-        "step_ns": a["step_ns"] - b["step_ns"],
-        "gpu_time_ns": a["gpu_time_ns"] - b["gpu_time_ns"],
-        "gpu": _dict_delta(b["gpu"], a["gpu"], ("busy_ns", "idle_ns", "window_ns")),
-        "top_ops": _table_delta(
+    return DeltaReport(
+        step_ns=a.step_ns - b.step_ns,
+        gpu_time_ns=a.gpu_time_ns - b.gpu_time_ns,
+        gpu={
+            key: DeviceChange(**_changes(x, y, ("busy_ns", "idle_ns", "window_ns")))
+            for key, x, y in _pairs(plain(b.gpu), plain(a.gpu))
+        },
+        top_ops=_table_delta(
             d.before.stats.ops, d.after.stats.ops, _OP_MEASURES, nb, na, top, ("gpu_self_ns", "cpu_self_ns")
         ),
-        "top_kernels": _table_delta(
+        top_kernels=_table_delta(
             d.before.stats.kernels, d.after.stats.kernels, _KERNEL_MEASURES, nb, na, top, ("dur_ns",)
         ),
-        "memcpy": _dict_delta(b["memcpy"], a["memcpy"], _COPY_MEASURES),
-        "sync": {
-            **_sync_delta(b["sync"], a["sync"]),
-            **{k: _sync_delta(b["sync"][k], a["sync"][k]) for k in SYNC_KINDS},
+        memcpy={
+            key: CopyChange(**_changes(x, y, _COPY_MEASURES)) for key, x, y in _pairs(plain(b.memcpy), plain(a.memcpy))
         },
-        "findings": _findings_delta(d.before.findings, d.after.findings),
-    }
+        sync=SyncChanges(
+            **vars(_sync_delta(b.sync, a.sync)),
+            result_waits=_sync_delta(b.sync.result_waits, a.sync.result_waits),
+            staging=_sync_delta(b.sync.staging, a.sync.staging),
+        ),
+        findings=_findings_delta(d.before.findings, d.after.findings),
+    )
 
 
 def _status(before: float, after: float) -> str:
@@ -148,65 +223,45 @@ def _table_delta(
     return out
 
 
-def _dict_delta(
-    b: dict[str, dict[str, Any]], a: dict[str, dict[str, Any]], measures: tuple[str, ...]
-) -> dict[str, dict[str, Any]]:
-    out = {}
-    for key in sorted(set(b) | set(a)):
-        x, y = b.get(key, {}), a.get(key, {})
-        item: dict[str, Any] = {m: _num(m, y.get(m, 0) - x.get(m, 0)) for m in measures}
-        item["status"] = _status(x.get(measures[0], 0), y.get(measures[0], 0))
-        out[key] = item
-    return out
+def _pairs(b: dict[str, Any], a: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The keys of either side, sorted, with each side's figures (empty where it lacks the key)."""
+    return [(key, b.get(key, {}), a.get(key, {})) for key in sorted(set(b) | set(a))]
 
 
-def _sync_per(sync: dict[str, Any], n: int) -> dict[str, Any]:
+def _changes(x: dict[str, Any], y: dict[str, Any], measures: tuple[str, ...]) -> dict[str, Any]:
+    item: dict[str, Any] = {m: _num(m, y.get(m, 0) - x.get(m, 0)) for m in measures}
+    item["status"] = _status(x.get(measures[0], 0), y.get(measures[0], 0))
+    return item
+
+
+def _sync_per(sync: SyncTally, n: int) -> SyncShare:
     """Count, blocked time and causes of syncs (all, or one kind), per step."""
-    ops = [{**o, "count": _per(o["count"], n, count=True), "dur_ns": _per(o["dur_ns"], n)} for o in sync["ops"]]
-    return {"count": _per(sync["count"], n, count=True), "dur_ns": _per(sync["dur_ns"], n), "ops": ops}
+    ops = [OpShare(o.name, o.region, _per(o.count, n, count=True), _per(o.dur_ns, n)) for o in sync.ops]
+    return SyncShare(count=_per(sync.count, n, count=True), dur_ns=_per(sync.dur_ns, n), ops=ops)
 
 
-def _sync_delta(b: dict[str, Any], a: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "count": round(a["count"] - b["count"], 2),
-        "dur_ns": a["dur_ns"] - b["dur_ns"],
-        "ops": _sync_ops_delta(b["ops"], a["ops"]),
-    }
+def _sync_delta(b: SyncShare, a: SyncShare) -> SyncChange:
+    return SyncChange(count=round(a.count - b.count, 2), dur_ns=a.dur_ns - b.dur_ns, ops=_sync_ops_delta(b.ops, a.ops))
 
 
-def _sync_ops_delta(b: list[dict[str, Any]], a: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    def key(o: dict[str, Any]) -> tuple[str, str]:
-        return o["name"], o.get("region") or ""
-
-    bi, ai = {key(o): o for o in b}, {key(o): o for o in a}
+def _sync_ops_delta(b: list[OpShare], a: list[OpShare]) -> list[OpChange]:
+    bi, ai = {(o.name, o.region or ""): o for o in b}, {(o.name, o.region or ""): o for o in a}
     out = []
     for k in sorted(set(bi) | set(ai)):
-        x, y = bi.get(k, {"count": 0, "dur_ns": 0}), ai.get(k, {"count": 0, "dur_ns": 0})
-        out.append(
-            {
-                "name": k[0],
-                "region": k[1] or None,
-                "status": _status(x["count"], y["count"]),
-                "count": round(y["count"] - x["count"], 2),
-                "dur_ns": y["dur_ns"] - x["dur_ns"],
-                "before": x["count"],
-                "after": y["count"],
-            }
-        )
-    return sorted(out, key=lambda o: -abs(o["count"]))
+        x, y = bi.get(k), ai.get(k)
+        xc, yc = (x.count if x else 0), (y.count if y else 0)
+        xd, yd = (x.dur_ns if x else 0), (y.dur_ns if y else 0)
+        out.append(OpChange(k[0], k[1] or None, _status(xc, yc), round(yc - xc, 2), yd - xd, xc, yc))
+    return sorted(out, key=lambda o: -abs(o.count))
 
 
-def _findings_delta(b: list[Finding], a: list[Finding]) -> dict[str, Any]:
+def _findings_delta(b: list[Finding], a: list[Finding]) -> FindingChanges:
     bc, ac = {f.code: f for f in b}, {f.code: f for f in a}
-    return {
-        "gone": [c for c in bc if c not in ac],
-        "new": [c for c in ac if c not in bc],
-        "kept": [
-            {"code": c, "before": bc[c].value, "after": ac[c].value, "severity": [bc[c].severity, ac[c].severity]}
-            for c in bc
-            if c in ac
-        ],
-    }
+    return FindingChanges(
+        gone=[c for c in bc if c not in ac],
+        new=[c for c in ac if c not in bc],
+        kept=[KeptFinding(c, bc[c].value, ac[c].value, [bc[c].severity, ac[c].severity]) for c in bc if c in ac],
+    )
 
 
 def _per(value: float, n: int, count: bool = False) -> Any:

@@ -15,12 +15,14 @@ pageable memory to be staged (``PAGEABLE_COPIES``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from traceconv.analyses.results import CallTally, OpTally
 from traceconv.analyses.stats import ScopeStats
 from traceconv.errors import UsageError
+from traceconv.units import mb, ms, us
 
 CODES = (
     "HOST_DEVICE_COPIES",
@@ -64,6 +66,22 @@ class Thresholds:
 
     def as_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_options(cls, items: Sequence[str]) -> Thresholds:
+        """The defaults with ``NAME=VALUE`` overrides (``--threshold``) applied."""
+        overrides = {}
+        for item in items:
+            name, sep, value = item.partition("=")
+            try:
+                overrides[name.strip()] = float(value)
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise UsageError(
+                    None, f"--threshold {item!r} is not NAME=NUMBER", "e.g. --threshold HOST_DEVICE_COPIES=5"
+                )
+        return cls().with_overrides(overrides)
 
 
 @dataclass(frozen=True)
@@ -118,65 +136,50 @@ def _where(stats: ScopeStats) -> str:
     return f"in {s.steps} steps" if s.name == "steps" else "in the profiled window"
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.2f} ms"
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.1f} µs" if ns < 1e6 else _ms(ns)
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:,.1f} MB"
-
-
-def _op(item: Mapping[str, Any]) -> str:
-    return str(item["name"]) + (f" in {item['region']}" if item.get("region") else "")
-
-
-def _causes(items: list[dict[str, Any]], calls: list[dict[str, Any]] = ()) -> str:  # type: ignore[assignment]
-    parts = "; ".join(f"{_op(o)} x{o['count']}" for o in items)
-    hints = dict.fromkeys(h for o in [*items, *calls] if (h := OP_HINTS.get(o["name"])))
+def _causes(items: Sequence[OpTally], calls: Sequence[CallTally] = ()) -> str:
+    parts = "; ".join(f"{o.label} x{o.count}" for o in items)
+    names = [o.name for o in items] + [c.name for c in calls]
+    hints = dict.fromkeys(h for name in names if (h := OP_HINTS.get(name)))
     return parts + (f" ({'; '.join(hints)})" if hints else "")
 
 
 def host_device_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
     parts = [stats.memcpy[k] for k in HOST_DEVICE if k in stats.memcpy]
-    dur = sum(p["dur_ns"] for p in parts)
+    dur = sum(p.dur_ns for p in parts)
     if not stats.gpu_time_ns or not parts:
         return None
     value = dur * 100.0 / stats.gpu_time_ns
     if value < t.HOST_DEVICE_COPIES:
         return None
-    count, size = sum(p["count"] for p in parts), sum(p["bytes"] for p in parts)
-    pageable = sum(p["pageable_count"] for p in parts)
-    ops = sorted((o for p in parts for o in p["ops"]), key=lambda o: -o["dur_ns"])
-    top = f"; {ops[0]['dur_ns'] * 100 / dur:.0f}% from {_causes(ops[:1])}" if ops and dur else ""
+    count, size = sum(p.count for p in parts), sum(p.bytes for p in parts)
+    pageable = sum(p.pageable_count for p in parts)
+    ops = sorted((o for p in parts for o in p.ops), key=lambda o: -o.dur_ns)
+    top = f"; {ops[0].dur_ns * 100 / dur:.0f}% from {_causes(ops[:1])}" if ops and dur else ""
     fix = (
         "create such tensors on the GPU (torch.rand(..., device='cuda')) instead of copying them each step, "
         "and keep results there (no per-step .cpu())"
     )
     msg = (
         f"{'+'.join(k for k in HOST_DEVICE if k in stats.memcpy)} copies take {value:.1f}% of GPU time "
-        f"{_where(stats)}: {_ms(dur)}, {_mb(size)} in {count} copies ({pageable} pageable){top}. Fix: {fix}"
+        f"{_where(stats)}: {ms(dur)}, {mb(size)} in {count} copies ({pageable} pageable){top}. Fix: {fix}"
     )
     return _make("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg)
 
 
 def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
-    sync, scope = stats.sync["result_waits"], stats.scope
+    sync, scope = stats.sync.result_waits, stats.scope
     per_step = scope.name == "steps"
-    value = sync["count"] / scope.steps if per_step else float(sync["stalls"])
-    if value < t.SYNC_STALLS or not sync["count"]:
+    value = sync.count / scope.steps if per_step else float(sync.stalls)
+    if value < t.SYNC_STALLS or not sync.count:
         return None
-    calls = ", ".join(f"{c['name']} x{c['count']}" for c in sync["calls"][:3])
-    causes = _causes(sync["ops"][:4], sync["calls"][:3])
+    calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
+    causes = _causes(sync.ops[:4], sync.calls[:3])
     head = (
         f"{value:.1f} host syncs per step wait for a GPU result ({calls}, "
-        f"{_us(sync['dur_ns'] / scope.steps)} blocked per step)"
+        f"{us(sync.dur_ns / scope.steps)} blocked per step)"
         if per_step
-        else f"{sync['stalls']} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
-        f"window ({calls}, {_us(sync['dur_ns'])} blocked)"
+        else f"{sync.stalls} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
+        f"window ({calls}, {us(sync.dur_ns)} blocked)"
     )
     msg = (
         f"{head}, from {causes}. Each drains the GPU queue. Fix: keep values on the GPU "
@@ -186,18 +189,18 @@ def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
 
 
 def pageable_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
-    staged, scope = stats.sync["staging"], stats.scope
+    staged, scope = stats.sync.staging, stats.scope
     n = scope.steps
-    value = staged["count"] / n
-    if value < t.PAGEABLE_COPIES or not staged["count"]:
+    value = staged.count / n
+    if value < t.PAGEABLE_COPIES or not staged.count:
         return None
     each = " per step" if scope.name == "steps" else ""
-    blocked = staged["copy_call_ns"] + staged["dur_ns"]
-    causes = "; ".join(f"{_op(o)} x{o['count']}" for o in staged["ops"][:4])
+    blocked = staged.copy_call_ns + staged.dur_ns
+    causes = "; ".join(f"{o.label} x{o.count}" for o in staged.ops[:4])
     msg = (
-        f"{value:.1f} HtoD copies{each} ({_mb(staged['bytes'] / n)}) from pageable memory block the host, "
-        f"staged through a pinned buffer: {_us(blocked / n)}{each} ({_us(staged['copy_call_ns'] / n)} in the "
-        f"copy calls, {_us(staged['dur_ns'] / n)} in the syncs after them, which drain the GPU queue); from "
+        f"{value:.1f} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host, "
+        f"staged through a pinned buffer: {us(blocked / n)}{each} ({us(staged.copy_call_ns / n)} in the "
+        f"copy calls, {us(staged.dur_ns / n)} in the syncs after them, which drain the GPU queue); from "
         f"{causes}. Fix: allocate the host tensor with pin_memory=True (DataLoader(pin_memory=True)) and copy "
         "with non_blocking=True"
     )
@@ -205,21 +208,21 @@ def pageable_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
 
 
 def gpu_idle(stats: ScopeStats, t: Thresholds) -> Finding | None:
-    window = sum(d["window_ns"] for d in stats.gpu.values())
+    window = sum(d.window_ns for d in stats.gpu.values())
     if not window:
         return None
-    busy = sum(d["busy_ns"] for d in stats.gpu.values())
+    busy = sum(d.busy_ns for d in stats.gpu.values())
     value = (window - busy) * 100.0 / window
     if value < t.GPU_IDLE:
         return None
     ops = stats.ops
     host = ops[ops["kind"] == "cpu_op"] if (ops["kind"] == "cpu_op").any() else ops[ops["name"] != stats.scope.label]
     cpu = host.sort_values("cpu_self_ns", ascending=False).head(3)
-    top = ", ".join(f"{r.name} {_ms(r.cpu_self_ns)} x{r.calls}" for r in cpu.itertuples()) or "not recorded"
-    in_api = stats.bound.get("idle_in_api_pct")
+    top = ", ".join(f"{r.name} {ms(r.cpu_self_ns)} x{r.calls}" for r in cpu.itertuples()) or "not recorded"
+    in_api = stats.bound.idle_in_api_pct
     api = f", host inside CUDA calls for {in_api:.0f}% of the idle time" if in_api is not None else ""
     msg = (
-        f"GPU idle {value:.0f}% of the time {_where(stats)} (busy {_ms(busy)} of {_ms(window)}): CPU-bound"
+        f"GPU idle {value:.0f}% of the time {_where(stats)} (busy {ms(busy)} of {ms(window)}): CPU-bound"
         f"{api}; top host time (self): {top}. Fix: move that work to the GPU or off the critical path "
         "(DataLoader workers); cut launches (torch.compile, CUDA graphs)"
     )
@@ -228,18 +231,18 @@ def gpu_idle(stats: ScopeStats, t: Thresholds) -> Finding | None:
 
 def queue_wait(stats: ScopeStats, t: Thresholds) -> Finding | None:
     f = stats.launch
-    if f["queue_median_ns"] is None or f["kernels"] < t.min_kernels:
+    if f.queue_median_ns is None or f.kernels < t.min_kernels:
         return None
-    value = f["queue_median_ns"] / 1e3
+    value = f.queue_median_ns / 1e3
     if value < t.QUEUE_WAIT:
         return None
     top = stats.kernels.iloc[0] if len(stats.kernels) else None
     longest = (
-        f"; the longest kernel: {_short(top)} ({_ms(top['dur_ns'])}, {top['time_pct']:.0f}%)" if top is not None else ""
+        f"; the longest kernel: {_short(top)} ({ms(top['dur_ns'])}, {top['time_pct']:.0f}%)" if top is not None else ""
     )
     msg = (
-        f"kernels wait a median {_us(f['queue_median_ns'])} between their launch call and their start "
-        f"({f['queued']} queued): the host runs ahead and the GPU is the bottleneck{longest}. Fix: make the GPU work "
+        f"kernels wait a median {us(f.queue_median_ns)} between their launch call and their start "
+        f"({f.queued} queued): the host runs ahead and the GPU is the bottleneck{longest}. Fix: make the GPU work "
         "cheaper (mixed precision, fused kernels via torch.compile); for latency, this wait adds to every result"
     )
     return _make("QUEUE_WAIT", value, t.QUEUE_WAIT, msg)
@@ -247,15 +250,15 @@ def queue_wait(stats: ScopeStats, t: Thresholds) -> Finding | None:
 
 def low_occupancy(stats: ScopeStats, t: Thresholds) -> Finding | None:
     f = stats.launch
-    if f["occupancy_pct"] is None or f["occupancy_kernels"] < t.min_kernels:
+    if f.occupancy_pct is None or f.occupancy_kernels < t.min_kernels:
         return None
-    value = f["occupancy_pct"]
+    value = f.occupancy_pct
     if value >= t.LOW_OCCUPANCY:
         return None
     low = stats.kernels[stats.kernels["occupancy_pct"] < t.LOW_OCCUPANCY].head(2)
-    names = ", ".join(f"{_short(r)} {r['occupancy_pct']:.0f}% ({_ms(r['dur_ns'])})" for _, r in low.iterrows())
+    names = ", ".join(f"{_short(r)} {r['occupancy_pct']:.0f}% ({ms(r['dur_ns'])})" for _, r in low.iterrows())
     msg = (
-        f"kernels run at {value:.0f}% estimated achieved occupancy (time-weighted over {f['occupancy_kernels']} "
+        f"kernels run at {value:.0f}% estimated achieved occupancy (time-weighted over {f.occupancy_kernels} "
         f"kernels); the longest below {t.LOW_OCCUPANCY:.0f}%: {names}. Fix: small grids or heavy register/shared "
         "memory use leave SMs idle: larger batches, fused kernels, or tuned launch bounds fill the GPU"
     )
@@ -264,15 +267,15 @@ def low_occupancy(stats: ScopeStats, t: Thresholds) -> Finding | None:
 
 def tiny_kernels(stats: ScopeStats, t: Thresholds) -> Finding | None:
     f = stats.launch
-    if f["launched"] < t.min_kernels:
+    if f.launched < t.min_kernels:
         return None
-    value = f["shorter_than_launch"] * 100.0 / f["launched"]
+    value = f.shorter_than_launch * 100.0 / f.launched
     if value < t.TINY_KERNELS:
         return None
-    names = ", ".join(f"{_trim(n)} x{c}" for n, c in f["tiny_names"].items())
+    names = ", ".join(f"{_trim(n)} x{c}" for n, c in f.tiny_names.items())
     msg = (
-        f"{value:.0f}% of kernels ({f['shorter_than_launch']} of {f['launched']}) run shorter than their own "
-        f"launch call (median {_us(f['tiny_median_ns'] or 0)} vs {_us(f['launch_median_ns'] or 0)} to launch): "
+        f"{value:.0f}% of kernels ({f.shorter_than_launch} of {f.launched}) run shorter than their own "
+        f"launch call (median {us(f.tiny_median_ns or 0)} vs {us(f.launch_median_ns or 0)} to launch): "
         f"launch overhead dominates; most frequent: {names}. Fix: fuse them (torch.compile) or replay the step as a "
         "CUDA graph"
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from traceconv.readers.enclosing import Innermost, Points
+
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 
@@ -57,11 +59,11 @@ def inside(times: I64, win_start: I64, win_end: I64) -> Bools:
 def parents(group: I64, start: I64, end: I64) -> I64:
     """Index of the innermost range of the same group enclosing each range, or -1 for a root.
 
-    Ranges are sorted by (group, start, longest first) and swept: a range's depth is the
-    number of ranges still open when it starts, and its parent is the last range before it
-    one level up. Times are doubled so that a zero-length range closes before the next one
-    starts; ranges that only touch are siblings. Ranges that overlap without nesting
-    (rounded timestamps) get the enclosing range that is still open, else none.
+    Ranges are ordered by (group, start, longest first); a range's parent is the innermost
+    (:mod:`traceconv.readers.enclosing`) of the ranges before it in that order that are still
+    open when it starts. Times are doubled so that a zero-length range closes before the next
+    one starts; ranges that only touch are siblings. A range that overlaps another without
+    nesting in it gets the innermost range open at its start.
     """
     n = len(start)
     result = np.full(n, -1, dtype=np.int64)
@@ -72,40 +74,16 @@ def parents(group: I64, start: I64, end: I64) -> I64:
     base = s.min()
     s2 = (s - base) * 2
     e2 = np.maximum((e - base) * 2, s2 + 1)
-    depth = _depths(g, s2, e2)
-    parent = _previous_one_level_up(depth)
+    code = np.concatenate([[0], np.cumsum(g[1:] != g[:-1])]).astype(np.int64)
+    points = Points(code, s2)  # already in this order: the points' order is the ranges'
+    _, hi = points.covered(code, s2, e2, closed=False)
+    lo = np.arange(1, n + 1, dtype=np.int64)  # a range covers only the ranges after it
+    best = Innermost(n, [np.int64])
+    best.offer(points, lo, np.maximum(hi, lo), s2, e2, [np.arange(n, dtype=np.int64)])
+    parent = best.values[0]
     ok = parent >= 0
-    ok[ok] = e2[parent[ok]] > s2[ok]
     result[order[ok]] = order[parent[ok]]
     return result
-
-
-def _depths(g: I64, s2: I64, e2: I64) -> I64:
-    n = len(s2)
-    rank = np.arange(n, dtype=np.int64)
-    ev_group, ev_time = np.concatenate([g, g]), np.concatenate([e2, s2])
-    ev_is_start = np.r_[np.zeros(n, np.int64), np.ones(n, np.int64)]
-    ev_rank = np.concatenate([rank, rank])
-    # ends before starts at the same time; starts at one time keep the (start, longest first) order
-    ev = np.lexsort((ev_rank, ev_is_start, ev_time, ev_group))
-    delta = np.where(ev_is_start[ev] == 1, 1, -1)
-    open_before = np.cumsum(delta) - delta
-    depth = np.empty(n, dtype=np.int64)
-    starts = ev_is_start[ev] == 1
-    depth[ev_rank[ev][starts]] = open_before[starts]
-    return depth
-
-
-def _previous_one_level_up(depth: I64) -> I64:
-    by_depth = np.argsort(depth, kind="stable")
-    levels = depth[by_depth]
-    parent = np.full(len(depth), -1, dtype=np.int64)
-    for d in range(1, int(levels.max()) + 1 if len(levels) else 0):
-        here = by_depth[np.searchsorted(levels, d, "left") : np.searchsorted(levels, d, "right")]
-        above = by_depth[np.searchsorted(levels, d - 1, "left") : np.searchsorted(levels, d - 1, "right")]
-        k = np.searchsorted(above, here) - 1
-        parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
-    return parent
 
 
 def ancestors(parent: I64, first: I64) -> list[tuple[I64, I64]]:

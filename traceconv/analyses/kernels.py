@@ -17,6 +17,7 @@ wall times, and counted (``no_launch``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -185,25 +186,65 @@ def longest(rows: pd.DataFrame, n: int) -> pd.DataFrame:
     return top
 
 
-def launch_totals(rows: pd.DataFrame) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LaunchTotals:
     """Figures for a footer of :func:`per_launch` rows: rows, rows with no launching call, queued rows."""
-    return {
-        "rows": len(rows),
-        "no_launch": int(rows["api_start_ns"].isna().sum()),
-        "queued": int(rows["queue_dur_ns"].notna().sum()),
-        "exec_total_ns": int(rows["kernel_dur_ns"].fillna(0).sum()),
-    }
+
+    rows: int
+    no_launch: int
+    queued: int
+    exec_total_ns: int
 
 
-def totals(table: pd.DataFrame) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GroupTotals:
     """Figures for a footer of a :func:`summary`: rows, groups, rows with no launching call, execution time."""
-    return {
-        "rows": int(table["count"].sum()),
-        "groups": len(table),
-        "no_launch": int(table["no_launch"].sum()),
-        "queued": int(table["queued"].sum()),
-        "exec_total_ns": int(table["exec_total_ns"].fillna(0).sum()),
-    }
+
+    rows: int
+    groups: int
+    no_launch: int
+    queued: int
+    exec_total_ns: int
+
+
+def launch_totals(rows: pd.DataFrame) -> LaunchTotals:
+    return LaunchTotals(
+        rows=len(rows),
+        no_launch=int(rows["api_start_ns"].isna().sum()),
+        queued=int(rows["queue_dur_ns"].notna().sum()),
+        exec_total_ns=int(rows["kernel_dur_ns"].fillna(0).sum()),
+    )
+
+
+def totals(table: pd.DataFrame) -> GroupTotals:
+    return GroupTotals(
+        rows=int(table["count"].sum()),
+        groups=len(table),
+        no_launch=int(table["no_launch"].sum()),
+        queued=int(table["queued"].sum()),
+        exec_total_ns=int(table["exec_total_ns"].fillna(0).sum()),
+    )
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """What ``traceconv kernels`` shows: the rows (per launch, or per group ``by``) and their totals."""
+
+    rows: pd.DataFrame
+    totals: LaunchTotals | GroupTotals
+    kinds: tuple[str, ...]
+    by: str | None  # None: one row per launch
+    keys: tuple[str, ...]  # the grouping columns (none per launch)
+
+
+def report(data: Data, kinds: Sequence[str] = DEFAULT_KINDS, by: str | None = "name", limit: int = 0) -> KernelReport:
+    """Per launch (``by=None``, the ``limit`` longest) or per group (the ``limit`` with most execution time)."""
+    rows = per_launch(data, kinds)
+    if by is None:
+        return KernelReport(longest(rows, limit) if limit else rows, launch_totals(rows), tuple(kinds), None, ())
+    result = summary(rows, by)
+    keys = GROUPINGS[by] if by in GROUPINGS else tuple(_keys(by))
+    return KernelReport(result.head(limit) if limit else result, totals(result), tuple(kinds), by, keys)
 
 
 def _keys(by: str | Sequence[str]) -> list[str]:

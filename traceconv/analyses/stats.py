@@ -9,7 +9,6 @@ the scope's windows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +17,7 @@ from traceconv.analyses import intervals as I
 from traceconv.analyses import ops as O
 from traceconv.analyses import transfers as T
 from traceconv.analyses.prepare import Frames, i64
+from traceconv.analyses.results import Bound, Copies, DeviceTime, LaunchFacts, Syncs
 
 Segments = tuple[I.I64, I.I64]
 
@@ -50,15 +50,15 @@ def step_scope(frames: Frames) -> Scope | None:
 @dataclass(frozen=True)
 class ScopeStats:
     scope: Scope
-    gpu: dict[str, dict[str, int]]
-    bound: dict[str, Any]
+    gpu: dict[str, DeviceTime]
+    bound: Bound
     gpu_time_ns: int  # summed durations of the GPU rows in scope (streams that overlap count twice)
     ops: pd.DataFrame
     nvtx: pd.DataFrame
     kernels: pd.DataFrame
-    memcpy: dict[str, dict[str, Any]]
-    sync: dict[str, Any]
-    launch: dict[str, Any]
+    memcpy: dict[str, Copies]
+    sync: Syncs
+    launch: LaunchFacts
 
 
 def measure(frames: Frames, scope: Scope, gpu_bound_pct: float) -> ScopeStats:
@@ -84,28 +84,28 @@ def measure(frames: Frames, scope: Scope, gpu_bound_pct: float) -> ScopeStats:
     )
 
 
-def device_time(gpu: pd.DataFrame, windows: Segments) -> dict[str, dict[str, int]]:
+def device_time(gpu: pd.DataFrame, windows: Segments) -> dict[str, DeviceTime]:
     """Per device: busy (union of GPU activity inside the windows), idle, and the windows' length."""
     window_ns = int((windows[1] - windows[0]).sum())
     out = {}
     known = gpu[gpu["start_ns"].notna() & gpu["end_ns"].notna()]
     for dev, part in known.groupby(known["device"].astype("Int64").astype(object).fillna("unknown"), sort=True):
         busy = I.overlap(I.union(i64(part["start_ns"]), i64(part["end_ns"])), windows)
-        out[str(dev)] = {"busy_ns": busy, "idle_ns": window_ns - busy, "window_ns": window_ns}
+        out[str(dev)] = DeviceTime(busy_ns=busy, idle_ns=window_ns - busy, window_ns=window_ns)
     return out
 
 
-def bound(frames: Frames, windows: Segments, busy: dict[str, dict[str, int]], gpu_bound_pct: float) -> dict[str, Any]:
+def bound(frames: Frames, windows: Segments, busy: dict[str, DeviceTime], gpu_bound_pct: float) -> Bound:
     """CPU- or GPU-bound: the GPUs' busy share, and how much of their idle time the host spent in CUDA calls.
 
     GPU-bound when the GPUs are busy ``gpu_bound_pct`` of the time or more; otherwise the
     host does not feed them fast enough (CPU-bound). ``idle_in_api_pct`` tells launch
     overhead (host inside CUDA calls while the GPU waits) from other host work.
     """
-    window = sum(d["window_ns"] for d in busy.values())
+    window = sum(d.window_ns for d in busy.values())
     if not window:
-        return {"verdict": "no GPU activity", "gpu_busy_pct": 0.0, "idle_in_api_pct": None}
-    busy_ns = sum(d["busy_ns"] for d in busy.values())
+        return Bound(verdict="no GPU activity", gpu_busy_pct=0.0, idle_in_api_pct=None)
+    busy_ns = sum(d.busy_ns for d in busy.values())
     api = frames.ranges[frames.ranges["kind"] == "cuda_api"]
     api_segs = I.union(i64(api["start_ns"]), i64(api["end_ns"]))
     idle_api = 0
@@ -114,14 +114,14 @@ def bound(frames: Frames, windows: Segments, busy: dict[str, dict[str, int]], gp
         idle_api += I.overlap(windows, api_segs) - I.overlap3(windows, api_segs, dev_segs)
     idle = window - busy_ns
     pct = busy_ns * 100.0 / window
-    return {
-        "verdict": "gpu-bound" if pct >= gpu_bound_pct else "cpu-bound",
-        "gpu_busy_pct": round(pct, 1),
-        "idle_in_api_pct": round(idle_api * 100.0 / idle, 1) if idle > 0 else None,
-    }
+    return Bound(
+        verdict="gpu-bound" if pct >= gpu_bound_pct else "cpu-bound",
+        gpu_busy_pct=round(pct, 1),
+        idle_in_api_pct=round(idle_api * 100.0 / idle, 1) if idle > 0 else None,
+    )
 
 
-def launch_facts(gpu: pd.DataFrame) -> dict[str, Any]:
+def launch_facts(gpu: pd.DataFrame) -> LaunchFacts:
     """Kernel launch figures: queue median, kernels shorter than their own launch call, occupancy."""
     k = gpu[gpu["kind"] == "kernel"]
     api_ns = k["launch_end_ns"] - k["launch_start_ns"]
@@ -130,18 +130,18 @@ def launch_facts(gpu: pd.DataFrame) -> dict[str, Any]:
     queue = k["queue_ns"].dropna()
     occ = k[k["occupancy_pct"].notna() & ~k["name"].astype(str).str.lower().str.startswith("nccl")]
     weight = occ["dur_ns"].fillna(0).astype("float64")
-    return {
-        "kernels": len(k),
-        "launched": len(launched),
-        "shorter_than_launch": len(tiny),
-        "tiny_median_ns": _median(tiny["dur_ns"]),
-        "launch_median_ns": _median(api_ns.dropna()),
-        "tiny_names": tiny["name"].astype(str).value_counts().head(3).to_dict(),
-        "queue_median_ns": _median(queue),
-        "queued": len(queue),
-        "occupancy_pct": float((occ["occupancy_pct"] * weight).sum() / weight.sum()) if weight.sum() > 0 else None,
-        "occupancy_kernels": len(occ),
-    }
+    return LaunchFacts(
+        kernels=len(k),
+        launched=len(launched),
+        shorter_than_launch=len(tiny),
+        tiny_median_ns=_median(tiny["dur_ns"]),
+        launch_median_ns=_median(api_ns.dropna()),
+        tiny_names={str(n): int(c) for n, c in tiny["name"].astype(str).value_counts().head(3).items()},
+        queue_median_ns=_median(queue),
+        queued=len(queue),
+        occupancy_pct=float((occ["occupancy_pct"] * weight).sum() / weight.sum()) if weight.sum() > 0 else None,
+        occupancy_kernels=len(occ),
+    )
 
 
 def _median(s: pd.Series) -> int | None:

@@ -3,7 +3,7 @@
 :func:`summarize` measures the whole profiled window (tables of operators, kernels,
 copies, syncs, GPU busy time) and, when the trace marks steps, the steps alone; findings
 and the CPU/GPU-bound verdict come from the steps when there are any (warm-up and
-set-up outside them would only blur them). :func:`as_dict` is the JSON form.
+set-up outside them would only blur them). :func:`report` is what the command shows, :func:`as_dict` its JSON form.
 """
 
 from __future__ import annotations
@@ -19,6 +19,18 @@ from traceconv.analyses import ops as O
 from traceconv.analyses import transfers as T
 from traceconv.analyses.findings import DEFAULTS, Finding, Thresholds, evaluate
 from traceconv.analyses.prepare import STEP_PATTERN, Frames, prepare
+from traceconv.analyses.results import (
+    Copies,
+    DeviceTime,
+    KernelRow,
+    MemoryPeak,
+    OpRow,
+    RangeRow,
+    ScopedBound,
+    StepFigures,
+    Syncs,
+    plain,
+)
 from traceconv.analyses.stats import ScopeStats, measure, step_scope, window_scope
 
 DEFAULT_TOP = 10
@@ -30,7 +42,7 @@ class Summary:
     window: ScopeStats
     steps: ScopeStats | None
     findings: list[Finding]
-    memory: dict[str, dict[str, int]]
+    memory: dict[str, MemoryPeak]
     shapes: dict[str, dict[str, Any]]  # operator name -> input_dims, shapes
     thresholds: Thresholds
 
@@ -65,43 +77,70 @@ def summarize_frames(frames: Frames, thresholds: Thresholds = DEFAULTS, top: int
     )
 
 
-def as_dict(s: Summary, top: int = DEFAULT_TOP) -> dict[str, Any]:
-    """The JSON form: times in ns, sizes in bytes, lists cut to ``top`` rows (0: all)."""
+@dataclass(frozen=True)
+class SummaryReport:
+    """What ``summary`` shows and writes as JSON (:func:`as_dict`), lists cut to the ``top`` rows."""
+
+    source: str
+    window_ns: int
+    steps: StepFigures | None
+    gpu: dict[str, DeviceTime]
+    bound: ScopedBound
+    top_ops: list[OpRow]
+    top_cpu_ops: list[OpRow]
+    nvtx: list[RangeRow]
+    top_kernels: list[KernelRow]
+    memcpy: dict[str, Copies]
+    sync: Syncs
+    memory: dict[str, MemoryPeak]
+    findings: list[Finding]
+    findings_scope: str
+    thresholds: Thresholds
+
+
+def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
+    """The report of a summary: times in ns, sizes in bytes, lists cut to ``top`` rows (0: all)."""
     w = s.window
-    return {
-        "source": s.source,
-        "window_ns": w.scope.window_ns,
-        "steps": steps_dict(s.steps),
-        "gpu": w.gpu,
-        "bound": {**s.focus.bound, "scope": s.focus.scope.name},
-        "top_ops": op_records(w.ops, top, s.shapes),
-        "top_cpu_ops": op_records(top_cpu(w.ops), top, s.shapes),
-        "nvtx": records(w.nvtx, O.NVTX_COLUMNS, top),
-        "top_kernels": kernel_records(w.kernels, top),
-        "memcpy": w.memcpy,
-        "sync": w.sync,
-        "memory": s.memory,
-        "findings": [f.as_dict() for f in s.findings],
-        "findings_scope": s.focus.scope.name,
-        "thresholds": s.thresholds.as_dict(),
-    }
+    return SummaryReport(
+        source=s.source,
+        window_ns=w.scope.window_ns,
+        steps=step_figures(s.steps),
+        gpu=w.gpu,
+        bound=ScopedBound(**plain(s.focus.bound), scope=s.focus.scope.name),
+        top_ops=op_rows(w.ops, top, s.shapes),
+        top_cpu_ops=op_rows(top_cpu(w.ops), top, s.shapes),
+        nvtx=[RangeRow(**r) for r in records(w.nvtx, O.NVTX_COLUMNS, top)],
+        top_kernels=[KernelRow(**r) for r in records(w.kernels, (*O.KERNEL_COLUMNS, "short_name"), top)],
+        memcpy=w.memcpy,
+        sync=w.sync,
+        memory=s.memory,
+        findings=s.findings,
+        findings_scope=s.focus.scope.name,
+        thresholds=s.thresholds,
+    )
 
 
-def steps_dict(st: ScopeStats | None) -> dict[str, Any] | None:
+def as_dict(s: Summary, top: int = DEFAULT_TOP) -> dict[str, Any]:
+    """The JSON form of :func:`report`."""
+    out: dict[str, Any] = plain(report(s, top))
+    return out
+
+
+def step_figures(st: ScopeStats | None) -> StepFigures | None:
     if st is None:
         return None
     dur = st.scope.end_ns - st.scope.start_ns
-    return {
-        "count": st.scope.steps,
-        "label": st.scope.label,
-        "avg_ns": round(float(dur.mean())),
-        "min_ns": int(dur.min()),
-        "max_ns": int(dur.max()),
-        "window_ns": st.scope.window_ns,
-        "gpu": st.gpu,
-        "memcpy": st.memcpy,
-        "sync": st.sync,
-    }
+    return StepFigures(
+        count=st.scope.steps,
+        label=st.scope.label,
+        avg_ns=round(float(dur.mean())),
+        min_ns=int(dur.min()),
+        max_ns=int(dur.max()),
+        window_ns=st.scope.window_ns,
+        gpu=st.gpu,
+        memcpy=st.memcpy,
+        sync=st.sync,
+    )
 
 
 def top_cpu(ops: pd.DataFrame) -> pd.DataFrame:
@@ -112,15 +151,10 @@ def top_cpu(ops: pd.DataFrame) -> pd.DataFrame:
     return result
 
 
-def op_records(ops: pd.DataFrame, top: int, shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    out = records(ops, O.OP_COLUMNS, top)
-    for item in out:
-        item.update(shapes.get(item["name"], {"input_dims": None, "shapes": 0}))
-    return out
-
-
-def kernel_records(kernels: pd.DataFrame, top: int) -> list[dict[str, Any]]:
-    return records(kernels, (*O.KERNEL_COLUMNS, "short_name"), top)
+def op_rows(ops: pd.DataFrame, top: int, shapes: dict[str, dict[str, Any]]) -> list[OpRow]:
+    return [
+        OpRow(**r, **shapes.get(r["name"], {"input_dims": None, "shapes": 0})) for r in records(ops, O.OP_COLUMNS, top)
+    ]
 
 
 def records(df: pd.DataFrame, columns: tuple[str, ...], top: int) -> list[dict[str, Any]]:

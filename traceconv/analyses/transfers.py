@@ -9,6 +9,16 @@ import numpy as np
 import pandas as pd
 
 from traceconv.analyses.prepare import NO_OP
+from traceconv.analyses.results import (
+    CallTally,
+    Copies,
+    CopyOpTally,
+    MemoryPeak,
+    OpTally,
+    StagingTally,
+    Syncs,
+    SyncTally,
+)
 
 # CUDA/HIP calls that block the calling host thread until the GPU catches up. Asynchronous
 # copies are left out (from pageable memory they are partly synchronous, and PyTorch follows
@@ -22,7 +32,6 @@ SYNC_CALL = re.compile(
 # (at::cuda::memcpy_and_sync); a device synchronize there is the user's, a wait for everything.
 STREAM_SYNC = re.compile(r"^(cuda|hip|cu)StreamSynchronize")
 STAGED_FROM = ("Pageable", "Unknown")  # host memory a copy is staged from (null: unknown too)
-SYNC_KINDS = ("result_waits", "staging")
 _VERSION = re.compile(r"_v\d+$")  # nsys names calls with their ABI version: cudaMemcpy_v3020
 HOST_KINDS = ("Pageable", "Pinned")
 _TOP_OPS = 5
@@ -33,26 +42,26 @@ def _matches(names: pd.Series, pattern: re.Pattern[str]) -> Any:
     return names.map({n: bool(pattern.match(n)) for n in pd.unique(names)}).to_numpy(bool)
 
 
-def copies(gpu: pd.DataFrame) -> dict[str, dict[str, Any]]:
+def copies(gpu: pd.DataFrame) -> dict[str, Copies]:
     """Per copy direction: count, bytes, time, bandwidth, share of GPU time, host memory kind, issuing ops."""
     memcpy = gpu[gpu["kind"] == "memcpy"]
     gpu_ns = int(gpu["dur_ns"].fillna(0).sum())
     direction = memcpy["copy_kind"].astype(object).fillna("Unknown")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Copies] = {}
     for kind, part in memcpy.groupby(direction, sort=True):
         dur, size = int(part["dur_ns"].fillna(0).sum()), int(part["bytes"].fillna(0).sum())
-        entry: dict[str, Any] = {
-            "count": len(part),
-            "bytes": size,
-            "dur_ns": dur,
-            "bandwidth_gbps": round(size / dur, 2) if dur else None,
-            "gpu_time_pct": round(dur * 100.0 / gpu_ns, 2) if gpu_ns else 0.0,
-        }
-        for host in HOST_KINDS:
-            on = (part["src_kind"].astype(object) == host) | (part["dst_kind"].astype(object) == host)
-            entry[f"{host.lower()}_count"] = int(on.sum())
-        entry["ops"] = _by_op(part, size_col="bytes")
-        out[str(kind)] = entry
+        src, dst = part["src_kind"].astype(object), part["dst_kind"].astype(object)
+        on = {host: int(((src == host) | (dst == host)).sum()) for host in HOST_KINDS}
+        out[str(kind)] = Copies(
+            count=len(part),
+            bytes=size,
+            dur_ns=dur,
+            bandwidth_gbps=round(size / dur, 2) if dur else None,
+            gpu_time_pct=round(dur * 100.0 / gpu_ns, 2) if gpu_ns else 0.0,
+            pageable_count=on["Pageable"],
+            pinned_count=on["Pinned"],
+            ops=_copy_ops(part),
+        )
     return out
 
 
@@ -124,7 +133,7 @@ def _staged_launches(gpu: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def syncs(calls: pd.DataFrame, last_launch_ns: int | None) -> dict[str, Any]:
+def syncs(calls: pd.DataFrame, last_launch_ns: int | None) -> Syncs:
     """Count and blocked time of :func:`sync_calls`, by call and by the operator that caused them.
 
     ``stalls``: the syncs after which the host launched more GPU work, so that the GPU's queue
@@ -137,63 +146,68 @@ def syncs(calls: pd.DataFrame, last_launch_ns: int | None) -> dict[str, Any]:
     stall = late.to_numpy(bool, na_value=False)
     staged = calls["staging"].to_numpy(bool)
     part = calls[staged]
-    return {
+    return Syncs(
         **_tally(calls, stall),
-        "result_waits": _tally(calls[~staged], stall[~staged]),
-        "staging": {
+        result_waits=SyncTally(**_tally(calls[~staged], stall[~staged])),
+        staging=StagingTally(
             **_tally(part, stall[staged]),
-            "bytes": int(part["copy_bytes"].fillna(0).sum()),
-            "copy_call_ns": int(part["copy_call_ns"].sum()),
-        },
-    }
+            bytes=int(part["copy_bytes"].fillna(0).sum()),
+            copy_call_ns=int(part["copy_call_ns"].sum()),
+        ),
+    )
 
 
 def _tally(calls: pd.DataFrame, stall: Any) -> dict[str, Any]:
+    """The fields of a :class:`SyncTally` for ``calls``."""
     by_call = calls.groupby("name", sort=False)["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     return {
         "count": len(calls),
         "dur_ns": int(calls["dur_ns"].fillna(0).sum()),
         "stalls": int(np.sum(stall)),
-        "calls": [{"name": str(n), "count": int(r["size"]), "dur_ns": int(r["sum"])} for n, r in by_call.iterrows()],
-        "ops": _by_op(calls, size_col=None),
+        "calls": [CallTally(str(n), int(r["size"]), int(r["sum"])) for n, r in by_call.iterrows()],
+        "ops": _sync_ops(calls),
     }
 
 
-def memory_peaks(memory: pd.DataFrame) -> dict[str, dict[str, int]]:
+def memory_peaks(memory: pd.DataFrame) -> dict[str, MemoryPeak]:
     """Peak allocated and reserved bytes per device (``cpu`` for host allocations) from allocator events."""
     if memory.empty:
         return {}
     device = memory["device"].astype("Int64").astype(object).where(memory["device"].notna(), "cpu")
     g = memory.groupby(device.astype(str), sort=True)
     peaks = pd.DataFrame({"allocated": g["total_allocated_bytes"].max(), "reserved": g["total_reserved_bytes"].max()})
-    return {
-        str(dev): {"allocated_peak_bytes": _int(r["allocated"]), "reserved_peak_bytes": _int(r["reserved"])}
-        for dev, r in peaks.iterrows()
-    }
+    return {str(dev): MemoryPeak(_int(r["allocated"]), _int(r["reserved"])) for dev, r in peaks.iterrows()}
 
 
-def _by_op(rows: pd.DataFrame, size_col: str | None) -> list[dict[str, Any]]:
-    """The operators (and the annotation around them) that issued ``rows``, most time first."""
+def _sync_ops(rows: pd.DataFrame) -> list[OpTally]:
+    return [OpTally(op, region, count, dur) for op, region, count, dur, _ in _by_op(rows, with_bytes=False)]
+
+
+def _copy_ops(rows: pd.DataFrame) -> list[CopyOpTally]:
+    return [CopyOpTally(op, region, count, dur, size) for op, region, count, dur, size in _by_op(rows, with_bytes=True)]
+
+
+def _by_op(rows: pd.DataFrame, with_bytes: bool) -> list[tuple[str, str | None, int, int, int]]:
+    """The operators (and the annotation around them) that issued ``rows``, most time first:
+    (operator, annotation, count, time, bytes: 0 unless ``with_bytes``)."""
     keys = pd.DataFrame(
         {"op": rows["op_name"].astype(object).fillna(NO_OP), "region": rows["region"].astype(object).fillna("")}
     )
     agg: dict[str, Any] = {"count": ("dur_ns", "size"), "dur_ns": ("dur_ns", "sum")}
-    if size_col:
-        agg["bytes"] = (size_col, "sum")
+    if with_bytes:
+        agg["bytes"] = ("bytes", "sum")
     g = rows.assign(op=keys["op"].to_numpy(), region=keys["region"].to_numpy()).groupby(["op", "region"], sort=False)
     table = g.agg(**agg).sort_values(["dur_ns", "count"], ascending=False).head(_TOP_OPS)
-    out = []
-    for (op, region), r in table.iterrows():
-        item: dict[str, Any] = {
-            "name": op,
-            "region": region if region and region != op else None,
-            "count": int(r["count"]),
-            "dur_ns": int(r["dur_ns"]),
-        }
-        if size_col:
-            item["bytes"] = int(r["bytes"])
-        out.append(item)
-    return out
+    return [
+        (
+            str(op),
+            region if region and region != op else None,
+            int(r["count"]),
+            int(r["dur_ns"]),
+            int(r["bytes"]) if with_bytes else 0,
+        )
+        for (op, region), r in table.iterrows()
+    ]
 
 
 def _int(v: Any) -> int:

@@ -7,22 +7,20 @@ lazily so that a PyTorch conversion never pays for the Nsight Systems reader and
 from __future__ import annotations
 
 import importlib
-import inspect
 from pathlib import Path
 from typing import Any
 
 from traceconv.errors import InputError, UnsupportedFormatError
-from traceconv.readers.base import Progress, Reader, TraceInfo, trace_stem
+from traceconv.readers.base import GZIP_MAGIC, Progress, Reader, TraceInfo, trace_stem
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"  # .nsys-rep and .qdrep, whatever their name
-GZIP_MAGIC = b"\x1f\x8b"
 
 # format name -> (module, class)
 REGISTRY: dict[str, tuple[str, str]] = {
     "pytorch": ("traceconv.readers.pytorch", "PytorchReader"),
     "nsys": ("traceconv.readers.nsys", "NsysReader"),
-    "nsys-report": ("traceconv.readers.nsys_report", "NsysReportReader"),
+    "nsys-report": ("traceconv.readers.nsys", "NsysReportReader"),
 }
 
 
@@ -54,10 +52,12 @@ def open_reader(path: Path, fmt: str | None = None, progress: Progress | None = 
     fmt = fmt or sniff(path)
     module_name, cls_name = REGISTRY[fmt]
     cls = getattr(importlib.import_module(module_name), cls_name)
-    # Options are capabilities: a reader takes those its constructor names (salvage is
-    # meaningless for SQLite), the rest are dropped rather than failing a mixed batch.
-    accepted = inspect.signature(cls).parameters
+    # Options are capabilities: a reader takes those it declares (salvage is meaningless for
+    # SQLite); the others are recorded in ``info.ignored`` for the caller to tell the user,
+    # rather than failing a batch that mixes formats.
+    accepted: frozenset[str] = cls.OPTIONS
     reader: Reader = cls(path, progress=progress, **{k: v for k, v in options.items() if k in accepted})
+    reader.info.ignored.extend(k for k in options if k not in accepted)
     return reader
 
 

@@ -6,12 +6,13 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+GZIP_MAGIC = b"\x1f\x8b"
 
 _TRACE_SUFFIXES = re.compile(r"(\.pt)?\.trace(\.json)?(\.gz)?$|\.json(\.gz)?$|\.(sqlite|nsys-rep|qdrep|tmp)$")
 
@@ -36,11 +37,41 @@ class TraceInfo:
     notes: list[str] = field(default_factory=list)  # what a user should know (repairs, gaps)
     counters: dict[str, int] = field(default_factory=dict)  # e.g. events read, unlinked GPU rows
     partial: bool = False  # True when --salvage skipped damaged or incomplete input
+    ignored: list[str] = field(default_factory=list)  # options given that this input's reader cannot use
+
+
+# What the command line calls each reader option, and why a reader may not take it.
+OPTION_FLAGS = {
+    "salvage": "--salvage",
+    "workers": "--workers",
+    "include_environment": "--include-environment",
+    "nsys": "--nsys",
+}
+_NOT_FOR = {
+    ("salvage", "nsys"): "a damaged SQLite export is refused whole, with the reason",
+    ("workers", "nsys"): "an export's tables are read by threads of this process",
+}
+_SOURCES = {"pytorch": "PyTorch traces", "nsys": "Nsight Systems exports and reports"}
+
+
+def ignored_option(name: str, source: str) -> str:
+    """What a user is told about an option that the reader of ``source`` cannot use."""
+    why = _NOT_FOR.get((name, source))
+    return (
+        f"{OPTION_FLAGS.get(name, name)} does not apply to {_SOURCES.get(source, source)}"
+        + (f" ({why})" if why else "")
+        + "; ignored"
+    )
 
 
 class Reader(Protocol):
-    """One input file -> tables in the unified schema, in bounded batches."""
+    """One input file -> tables in the unified schema, in bounded batches.
 
+    ``OPTIONS``: the keyword options its constructor takes besides ``progress`` (its
+    capabilities); :func:`traceconv.readers.open_reader` says which given ones it ignores.
+    """
+
+    OPTIONS: ClassVar[frozenset[str]]
     info: TraceInfo
 
     def tables(self) -> Iterator[pa.Table]: ...

@@ -1,0 +1,38 @@
+"""The real files of ``fixtures/`` by name, unpacked where they are stored as ``.xz`` (no pytest needed:
+``tests/broken/make_broken.py`` runs as a script too)."""
+
+from __future__ import annotations
+
+import lzma
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+CACHE = ROOT / "build" / "fixtures"
+PACKED = frozenset((FIXTURES / "PACKED").read_text().split()) if (FIXTURES / "PACKED").exists() else frozenset()
+
+
+def fixture(rel: str) -> Path:
+    """The real file ``fixtures/<rel>`` (``nsys/public/x.sqlite``), decompressed from ``<rel>.xz`` if stored so."""
+    path = FIXTURES / rel
+    if rel not in PACKED:
+        if not path.exists():
+            raise FileNotFoundError(f"no fixture {rel} in {FIXTURES}; run `make fixtures`")
+        return path
+    packed = path.with_name(path.name + ".xz")
+    out = CACHE / rel
+    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(lzma.decompress(packed.read_bytes()))
+        os.replace(tmp, out)  # atomic: test processes running in parallel may do this at once
+    return out
+
+
+def fixture_name(path: Path) -> Path:
+    """The name under ``fixtures/`` of a path :func:`fixture` handed out."""
+    for base in (FIXTURES, CACHE):
+        if path.is_relative_to(base):
+            return path.relative_to(base)
+    raise ValueError(f"{path} is not a fixture")

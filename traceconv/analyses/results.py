@@ -1,0 +1,288 @@
+"""The typed results of the analyses: what ``summary``, ``diff`` and the findings measure.
+
+Each figure is declared once here; the analyses fill these, the findings and the renderers
+read their attributes, and :func:`plain` turns any of them into the JSON form (times in
+nanoseconds, sizes in bytes), field for field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceTime:
+    """One device in one scope: busy (the union of its kernels, copies and memsets), idle, and the scope's length."""
+
+    busy_ns: int
+    idle_ns: int
+    window_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """CPU- or GPU-bound, the GPUs' busy share, and the share of their idle time the host spent in CUDA calls."""
+
+    verdict: str
+    gpu_busy_pct: float
+    idle_in_api_pct: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpTally:
+    """An operator (and the annotation around it, ``region``) that issued copies or syncs."""
+
+    name: str
+    region: str | None
+    count: int
+    dur_ns: int
+
+    @property
+    def label(self) -> str:
+        """The operator, with the annotation around it: ``aten::copy_ in data_to_gpu``."""
+        return self.name + (f" in {self.region}" if self.region else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyOpTally(OpTally):
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CallTally:
+    """A CUDA call that blocked the host: how often and for how long."""
+
+    name: str
+    count: int
+    dur_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncTally:
+    """Host-blocking synchronisations: count, blocked time, those followed by more GPU work (``stalls``)."""
+
+    count: int
+    dur_ns: int
+    stalls: int
+    calls: list[CallTally]
+    ops: list[OpTally]
+
+
+@dataclasses.dataclass(frozen=True)
+class StagingTally(SyncTally):
+    """Syncs in which the host waits for an HtoD copy from pageable memory; the copies' bytes and
+    the time in the copy calls."""
+
+    bytes: int
+    copy_call_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Syncs(SyncTally):
+    """Every host-blocking sync, and the same by kind."""
+
+    result_waits: SyncTally
+    staging: StagingTally
+
+
+@dataclasses.dataclass(frozen=True)
+class Copies:
+    """The copies of one direction (HtoD, DtoH, ...)."""
+
+    count: int
+    bytes: int
+    dur_ns: int
+    bandwidth_gbps: float | None
+    gpu_time_pct: float
+    pageable_count: int
+    pinned_count: int
+    ops: list[CopyOpTally]
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPeak:
+    allocated_peak_bytes: int
+    reserved_peak_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchFacts:
+    """Kernel launch figures: queue time, kernels shorter than their own launch call, occupancy."""
+
+    kernels: int
+    launched: int
+    shorter_than_launch: int
+    tiny_median_ns: int | None
+    launch_median_ns: int | None
+    tiny_names: dict[str, int]
+    queue_median_ns: int | None
+    queued: int
+    occupancy_pct: float | None
+    occupancy_kernels: int
+
+
+def plain(value: Any) -> Any:
+    """The JSON form of a result (dataclasses as objects, in field order), recursively."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+# -- the summary's report ----------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class OpRow:
+    """An operator or annotation name: calls, GPU time it launched (self, total), CPU time (total, self)."""
+
+    name: str
+    calls: int
+    gpu_self_ns: int
+    gpu_total_ns: int
+    cpu_total_ns: int
+    cpu_self_ns: int
+    input_dims: str | None  # the most frequent ``Input Dims`` (record_shapes)
+    shapes: int  # how many different input dims were seen
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeRow:
+    """An annotation or NVTX range name: count, time, and GPU time of the work launched inside."""
+
+    name: str
+    count: int
+    dur_ns: int
+    gpu_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRow:
+    name: str
+    count: int
+    dur_ns: int
+    avg_ns: int
+    queue_ns: int
+    queue_avg_ns: int | None
+    time_pct: float
+    occupancy_pct: float | None
+    short_name: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopedBound(Bound):
+    scope: str  # what it was measured on: "steps" or "window"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFigures:
+    """The steps: how many, their length, and what the GPU and the host did in them."""
+
+    count: int
+    label: str | None
+    avg_ns: int
+    min_ns: int
+    max_ns: int
+    window_ns: int
+    gpu: dict[str, DeviceTime]
+    memcpy: dict[str, Copies]
+    sync: Syncs
+
+
+# -- the diff's report -------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CopyTotals:
+    count: float
+    bytes: int
+    dur_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OpShare:
+    """An operator's syncs per step."""
+
+    name: str
+    region: str | None
+    count: float
+    dur_ns: int
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" in {self.region}" if self.region else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncShare:
+    count: float
+    dur_ns: int
+    ops: list[OpShare]
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncShares(SyncShare):
+    result_waits: SyncShare
+    staging: SyncShare
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceChange:
+    busy_ns: int
+    idle_ns: int
+    window_ns: int
+    status: str  # "appeared", "disappeared" or "kept"
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyChange:
+    count: float
+    bytes: int
+    dur_ns: int
+    status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OpChange:
+    name: str
+    region: str | None
+    status: str
+    count: float
+    dur_ns: int
+    before: float
+    after: float
+
+    @property
+    def label(self) -> str:
+        return self.name + (f" in {self.region}" if self.region else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncChange:
+    count: float
+    dur_ns: int
+    ops: list[OpChange]
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncChanges(SyncChange):
+    result_waits: SyncChange
+    staging: SyncChange
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptFinding:
+    code: str
+    before: float
+    after: float
+    severity: list[str]  # before, after
+
+
+@dataclasses.dataclass(frozen=True)
+class FindingChanges:
+    gone: list[str]
+    new: list[str]
+    kept: list[KeptFinding]
+
+
+SYNC_KINDS = {"result_waits": "result waits", "staging": "pageable staging"}  # the kinds of sync, as shown

@@ -1,0 +1,3 @@
+from traceconv.cli import main
+
+main()

@@ -1,0 +1,173 @@
+"""``traceconv kernels``, ``summary`` and ``diff``: a trace, report or Parquet file in, text out."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from traceconv.cli import main
+from traceconv.cli.errors import handle_errors, note
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option(
+    "--by",
+    type=click.Choice(["name", "launch"]),
+    default="name",
+    show_default=True,
+    help="Group by kernel name, or by the API call that launched it.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Keep the N with the longest execution time, longest first; 0 keeps all. "
+    "Default: 20 in a table, all in CSV and JSON.",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option(
+    "--per-launch", is_flag=True, help="One row per kernel (like nsys cuda_kern_exec_trace), in launch order."
+)
+@click.option(
+    "--kind",
+    "kinds",
+    type=click.Choice(["kernel", "memcpy", "memset"]),
+    multiple=True,
+    help="GPU work to include (repeatable).  [default: kernel]",
+)
+@handle_errors
+def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, kinds: tuple[str, ...]) -> None:
+    """Launch, queue, execution and wall time of every kernel, summed per kernel name.
+
+    TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
+    file. Times follow `nsys stats`: API = the launch call's duration; queue = from the
+    call's return to the kernel's start (empty when the kernel started first); execution
+    = the kernel's duration; wall = from the call's start to whichever ends last. Kernels
+    with no launching call in the trace are kept and counted. Tables show ms and µs; CSV
+    and JSON give nanoseconds.
+
+    Example:
+
+        traceconv kernels run.nsys-rep --top 10
+
+        traceconv kernels trace.json --by launch --format csv > kernels.csv
+
+        traceconv kernels trace.parquet --per-launch --top 50
+    """
+    from traceconv.analyses import kernels as K
+    from traceconv.analyses.common import load
+    from traceconv.render.kernels import kernels_text
+
+    kinds = kinds or K.DEFAULT_KINDS
+    table = load(trace, columns=K.INPUT_COLUMNS, kinds=K.input_kinds(kinds))
+    limit = top if top is not None else (20 if fmt == "table" else 0)
+    result = K.report(table, kinds, None if per_launch else by, limit)
+    text, remark = kernels_text(result, fmt, trace, shutil.get_terminal_size((200, 24)).columns)
+    click.echo(text, nl=False)
+    if remark:
+        note(remark)
+
+
+_ANALYSIS_OPTIONS = [
+    click.option(
+        "--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True
+    ),
+    click.option(
+        "--top",
+        type=click.IntRange(min=0),
+        default=8,
+        show_default=True,
+        help="Rows per list (operators, kernels, ranges); 0 keeps all.",
+    ),
+    click.option(
+        "--threshold",
+        "thresholds",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="Override a finding threshold (repeatable), e.g. HOST_DEVICE_COPIES=5; see the README.",
+    ),
+    click.option(
+        "--steps",
+        "step_pattern",
+        metavar="REGEX",
+        default=None,
+        help="Regular expression for the names of step ranges.  [default: ProfilerStep#N, step_N, iterN]",
+    ),
+]
+
+
+def _analysis_options(func: F) -> F:
+    for option in reversed(_ANALYSIS_OPTIONS):
+        func = option(func)
+    return func
+
+
+def _table_width() -> int:
+    return min(shutil.get_terminal_size((100, 24)).columns, 160)
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@_analysis_options
+@handle_errors
+def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None) -> None:
+    """Where the time goes and what is wasteful: operators, kernels, copies, syncs, findings.
+
+    TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
+    file. Findings (HOST_DEVICE_COPIES, SYNC_STALLS, PAGEABLE_COPIES, GPU_IDLE, QUEUE_WAIT,
+    LOW_OCCUPANCY, TINY_KERNELS) are measured on the steps when the trace marks them (ProfilerStep#N,
+    NVTX step_N), else on the whole window. JSON gives nanoseconds and bytes.
+
+    Example:
+
+        traceconv summary train.pt.trace.json.gz
+
+        traceconv summary run.nsys-rep --format json --threshold GPU_IDLE=50
+    """
+    from traceconv.analyses import prepare as P
+    from traceconv.analyses import summary as SM
+    from traceconv.analyses.common import load
+    from traceconv.analyses.findings import Thresholds
+    from traceconv.render.summary import summary_text
+
+    limits = Thresholds.from_options(thresholds)
+    table = load(trace, columns=P.INPUT_COLUMNS)
+    result = SM.summarize(table, limits, top, step_pattern or P.STEP_PATTERN)
+    click.echo(summary_text(SM.report(result, top), fmt, trace.name, _table_width()), nl=False)
+
+
+@main.command()
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@_analysis_options
+@handle_errors
+def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None) -> None:
+    """Compare two runs: step time, GPU time, operators, kernels, copies, syncs and findings.
+
+    Both are lined up per step when both mark steps (ProfilerStep#N, NVTX step_N), else
+    per profiled window. Operators and kernels that appeared or disappeared are marked.
+    JSON holds `before`, `after` (per step, keys as in `summary`) and `delta`.
+
+    Example:
+
+        traceconv diff before.pt.trace.json.gz after.pt.trace.json.gz
+
+        traceconv diff buggy.sqlite fixed.sqlite --format markdown > diff.md
+    """
+    from traceconv.analyses import diff as D
+    from traceconv.analyses import prepare as P
+    from traceconv.analyses.common import load
+    from traceconv.analyses.findings import Thresholds
+    from traceconv.render.diff import diff_text
+
+    limits = Thresholds.from_options(thresholds)
+    tables = [load(path, columns=P.INPUT_COLUMNS) for path in (before, after)]
+    result = D.diff(tables[0], tables[1], limits, step_pattern or P.STEP_PATTERN)
+    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, _table_width()), nl=False)

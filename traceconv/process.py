@@ -1,0 +1,101 @@
+"""Process-wide switches, behind one boundary that the command line owns.
+
+A conversion is faster and leaner with a few settings that change the whole process:
+Arrow memory from glibc's ``malloc`` instead of pyarrow's pool, no OpenBLAS thread pool,
+no cyclic garbage collection while millions of short-lived objects are made, freed C heap
+pages given back to the OS, no pandas import for pyarrow's first probe. The CLI turns them
+on (:func:`tune`, before pyarrow or numpy is loaded); a program that imports traceconv keeps
+its process as it is, and every switch below is then a no-op. Worker processes that a
+conversion forks are its own and set what they need themselves (``keep_freed_memory``).
+bench/README.md has the measurements behind each switch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import importlib.abc
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+M_TOP_PAD = -2  # glibc mallopt parameter: how much freed memory the heap keeps at its top
+_tuned = False
+
+
+def tune() -> None:
+    """Switch this process to the conversion's settings (the CLI's first step)."""
+    global _tuned
+    _tuned = True
+    # Arrow picks its allocator once, when pyarrow loads: glibc's malloc reuses freed memory
+    # for whatever comes next, where pyarrow's default pool keeps it for the same size class.
+    # A user's ARROW_DEFAULT_MEMORY_POOL still wins.
+    if "pyarrow" not in sys.modules:
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    # numpy's OpenBLAS starts a thread per core when it loads, which spin on a core that the
+    # conversion needs; traceconv does no linear algebra.
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def tuned() -> bool:
+    return _tuned
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside (when tuned): the objects made there have no cycles."""
+    was_enabled = gc.isenabled()
+    if _tuned:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if _tuned and was_enabled:
+            gc.enable()
+
+
+def return_freed_memory() -> None:
+    """Give the C heap's free pages back to the OS (when tuned; glibc only).
+
+    glibc returns freed memory only from the top of its heap; what the link index frees
+    after linking sits below live data and would stay in the process's RSS.
+    """
+    if _tuned:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).malloc_trim(0)
+
+
+def keep_freed_memory(pad: int) -> None:
+    """In a worker process of our own: let glibc keep up to ``pad`` bytes of freed memory
+    instead of returning it at once (a worker frees and allocates the same amounts, chunk
+    after chunk). Not glibc (musl, macOS): nothing to do."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_TOP_PAD, pad)
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+        if fullname == "pandas" or fullname.startswith("pandas."):
+            raise ImportError("pandas is not needed to convert a trace")
+        return None
+
+
+def skip_pandas_probe() -> None:
+    """pyarrow imports pandas (tens of MB and 0.3 s) the first time ``pa.array`` is given
+    anything but a numpy array, only to ask whether it is a pandas object; a conversion never
+    passes one. When tuned, that first probe finds no pandas (pyarrow remembers the answer for
+    that probe only: ``to_pandas()`` later imports pandas as usual)."""
+    if not _tuned or "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)

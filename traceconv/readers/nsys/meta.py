@@ -1,0 +1,125 @@
+"""Trace-level facts of an Nsight Systems export: version, GPUs, session start, process and thread names.
+
+Privacy: only the tables named here are read for metadata. ``META_DATA_CAPTURE``,
+``TARGET_INFO_SYSTEM_ENV`` and the host/user/path rows of the export metadata hold the
+profiled command line and environment; they are read only on request (nsys_privacy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from traceconv.errors import UnsupportedFormatError
+from traceconv.readers.arrow_util import I64
+from traceconv.readers.nsys.parts import LOW24, DictCol, Strings, dictionary, ints, names_by_key
+from traceconv.readers.nsys.sql import Database
+
+EXPORT_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+, 2022.2-2023.2
+VERSION_KEYS = {"EXPORT_PRODUCT_VERSION": "nsys_version", "EXPORT_SCHEMA_VERSION": "nsys_export_schema_version"}
+GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")  # 2021.2+, older
+SESSION = "TARGET_INFO_SESSION_START_TIME"
+_MARKERS = (
+    "CUPTI_ACTIVITY_KIND_",
+    "NVTX_EVENTS",
+    "TARGET_INFO_",
+    "META_DATA_",
+    "EXPORT_META_DATA",
+    "ThreadNames",
+    "PROCESSES",
+    "OSRT_API",
+)
+# Tables that describe rather than record events: not listed as "not converted".
+_DESCRIPTIVE = (
+    "StringIds",
+    "ENUM_",
+    "META_DATA_",
+    "EXPORT_META_DATA",
+    "TARGET_INFO_",
+    "PROCESSES",
+    "ThreadNames",
+    "ProcessStreams",
+    "ANALYSIS_",
+    "UnwindMethodType",
+    "NVTX_PAYLOAD_",
+    "sqlite_",
+)
+
+
+def check_export(db: Database) -> None:
+    if db.has("StringIds") or any(t.startswith(_MARKERS) for t in db.tables):
+        return
+    raise UnsupportedFormatError(
+        db.path,
+        "is an SQLite database but not an Nsight Systems export (no StringIds, CUPTI or NVTX tables)",
+        "give a report exported by `nsys export --type sqlite`, or the .nsys-rep itself",
+    )
+
+
+def export_version(db: Database) -> dict[str, str]:
+    for table in EXPORT_TABLES:
+        if {"name", "value"} <= set(db.columns(table)):
+            rows = db.rows(table, f"SELECT name, value FROM [{table}] WHERE name IN (?, ?)", tuple(VERSION_KEYS))
+            return {VERSION_KEYS[k]: str(v) for k, v in rows}
+    return {}
+
+
+def gpus(db: Database) -> list[dict[str, Any]]:
+    for table in GPU_TABLES:
+        cols = db.columns(table)
+        if cols:
+            names = list(cols)
+            select = ", ".join(f"[{c}]" for c in names)
+            return [dict(zip(names, row, strict=True)) for row in db.rows(table, f"SELECT {select} FROM [{table}]")]
+    return []
+
+
+def session_start_ns(db: Database) -> tuple[int | None, str | None]:
+    cols = db.columns(SESSION)
+    if "utcEpochNs" not in cols:
+        return None, None
+    utc = "utcTime" if "utcTime" in cols else "NULL"
+    rows = db.rows(SESSION, f"SELECT utcEpochNs, {utc} FROM [{SESSION}] LIMIT 1")
+    if not rows or not isinstance(rows[0][0], int):
+        return None, None
+    return rows[0][0], rows[0][1] if isinstance(rows[0][1], str) else None
+
+
+def unconverted(db: Database, converted: set[str]) -> list[str]:
+    """``TABLE (N rows)`` for each event table with rows that this reader does not convert."""
+    out = []
+    for table in sorted(db.tables):
+        if table in converted or table.startswith(_DESCRIPTIVE) or table.endswith("_CALLCHAINS"):
+            continue
+        count = db.count(table)
+        if count:
+            out.append(f"{table} ({count:,} row{'' if count == 1 else 's'})")
+    return out
+
+
+class Names:
+    """Process names by global pid (``PROCESSES``, else the main thread's name) and thread names by global tid."""
+
+    def __init__(self, db: Database, strings: Strings) -> None:
+        threads = db.read("ThreadNames", ["globalTid", "nameId"])
+        self.tids = ints(threads, "globalTid")
+        self.tnames: list[str | None] = strings.names(ints(threads, "nameId")).cast(pa.string()).to_pylist()
+        procs = db.read("PROCESSES", ["globalPid", "name"])
+        self.pids = ints(procs, "globalPid")
+        self.pnames: list[str | None] = procs["name"].to_pylist() if "name" in procs.column_names else []
+        if len(self.pids) == 0:  # before 2022.2: a process is named after its main thread (tid == pid)
+            main = (self.tids >= 0) & ((self.tids & LOW24) == ((self.tids >> 24) & LOW24))
+            self.pids = (self.tids[main] >> 24) << 24
+            self.pnames = [self.tnames[i] for i in np.flatnonzero(main)]
+
+    def threads(self, gtid: I64) -> DictCol:
+        if not len(self.tids):
+            return dictionary(np.full(len(gtid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
+        return names_by_key(np.where(gtid >= 0, gtid, -5), self.tids, self.tnames)
+
+    def processes(self, gpid: I64) -> DictCol:
+        if not len(self.pids):
+            return dictionary(np.full(len(gpid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
+        return names_by_key(np.where(gpid >= 0, gpid, -5), self.pids, self.pnames)

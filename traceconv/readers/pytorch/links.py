@@ -1,0 +1,307 @@
+"""Links in a PyTorch trace, exact across chunks, in memory proportional to the API calls only.
+
+- GPU op -> launching API call: ``args.correlation`` (unique per process; a Kineto trace is
+  one process).
+- API call -> CPU operator: ``External id`` when it names an operator that encloses the call
+  on the same thread; otherwise (missing, equal to the correlation id as traces before late
+  2024 wrote, or colliding with an unrelated operator) the innermost ``cpu_op`` (else
+  ``user_annotation``) enclosing the call on its thread.
+
+Pass 1 (:meth:`LinkIndex.add`) keeps compact arrays for API calls and GPU rows; operators
+go to a spill as small tables. Between passes (:meth:`LinkIndex.finalize`) the operators
+stream past the API calls once, batch by batch. Pass 2 (:meth:`LinkIndex.resolve`) fills
+the link columns of each batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceconv import schema as S
+from traceconv.process import return_freed_memory
+from traceconv.readers.arrow_util import I64, dict_codes, from_codes, text_is, to_numpy
+from traceconv.readers.gpu_times import queue_and_wall
+from traceconv.readers.pytorch.columns import IS_GPU, KIND_CODE
+from traceconv.readers.pytorch.operators import OperatorResolver, narrow, unique_pairs
+from traceconv.readers.sorted_keys import SortedKeys
+
+_COLS = (
+    ("event_id", "event_id"),
+    ("corr", "correlation_id"),
+    ("ext", "external_id"),
+    ("pid", "pid"),
+    ("tid", "tid"),
+    ("start", "start_ns"),
+    ("end", "end_ns"),
+)
+
+
+_ROW_COLUMNS = [col for _, col in _COLS] + ["name", "pid_label", "tid_label"]
+
+
+# A call without a correlation id gets a key that no GPU row's probe (an id, or -1) equals.
+NO_CALL = -2
+
+
+def labelled_id(code: I64) -> I64:
+    """The id that stands for a pid or tid written as text (``Spans``, ``stream 7``), by the label's
+    name code: ``-2 - code``, below every real id and the -1 of "none", distinct per label."""
+    return -2 - code
+
+
+def extract(table: pa.Table) -> dict[str, pa.Table]:
+    """The rows of one pass-1 chunk that the link index needs (pure: runs in worker processes).
+
+    ``api``: CUDA API calls; ``gpu``: kernels, copies, sets; ``ops``: CPU operators and user
+    annotations (with ``is_cpu``); ``meta``: metadata events naming processes and threads.
+    ``table`` may leave out columns that are null in every row (:func:`schema.present`).
+    """
+    parts: dict[str, pa.Table] = {}
+    kind = to_numpy(table["kind"].combine_chunks().indices)
+    is_api = kind == KIND_CODE["cuda_api"]
+    if is_api.any():
+        parts["api"] = _rows(table, _ROW_COLUMNS, is_api)
+    gpu = IS_GPU[kind]
+    if gpu.any():
+        parts["gpu"] = _rows(table, ["event_id", "correlation_id", "external_id"], gpu)
+    meta = _equal(table, "phase", "M")
+    if meta.any():
+        parts["meta"] = _rows(table, ["name", "pid", "tid", "pid_label", "tid_label", "args"], meta)
+    is_cpu = kind == KIND_CODE["cpu_op"]
+    is_op = is_cpu | _equal(table, "category", "user_annotation", fold=True)
+    if is_op.any():
+        ops = _rows(table, _ROW_COLUMNS, is_op)
+        parts["ops"] = ops.append_column("is_cpu", pa.array(is_cpu[is_op].astype(np.int64)))
+    return parts
+
+
+def _rows(table: pa.Table, names: list[str], mask: Any) -> pa.Table:
+    """``names`` of the rows where ``mask`` holds; a column ``table`` leaves out is nulls."""
+    have = set(table.column_names)
+    sub = table.select([n for n in names if n in have]).filter(pa.array(mask))
+    cols = {n: sub[n] if n in have else pa.nulls(sub.num_rows, S.BY_NAME[n].type) for n in names}
+    return pa.table(cols)
+
+
+def _equal(table: pa.Table, name: str, value: str, fold: bool = False) -> Any:
+    """:func:`text_is` of column ``name``; no row where ``table`` leaves the column out."""
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=np.bool_)
+    return text_is(table[name], value, fold)
+
+
+class LinkIndex:
+    def __init__(self) -> None:
+        self.names: list[str | None] = []
+        self._name_code: dict[str, int] = {}
+        self._api: dict[str, list[I64]] = {f: [] for f in (*dict(_COLS), "name")}
+        self._gpu: dict[str, list[I64]] = {f: [] for f in ("event_id", "corr", "ext")}
+        self.process_names: dict[str, str] = {}
+        self.thread_names: dict[str, str] = {}
+        self.api: dict[str, I64] = {}
+        self.gpu: dict[str, I64] = {}
+
+    # -- pass 1 ---------------------------------------------------------------------
+    def add(self, table: pa.Table, event_offset: int = 0) -> pa.Table | None:
+        """Record API and GPU rows; return the operator rows as a small table for the spill."""
+        return self.add_parts(extract(table), event_offset)
+
+    def add_parts(self, parts: dict[str, pa.Table], event_offset: int = 0) -> pa.Table | None:
+        """:meth:`add` for the rows :func:`extract` took from a chunk (event ids shifted by ``event_offset``)."""
+        if "api" in parts:
+            self._take(self._api, parts["api"], event_offset)
+        if "gpu" in parts:
+            sub = parts["gpu"]
+            for field, col in (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id")):
+                values = to_numpy(sub[col])
+                self._gpu[field].append(narrow(values + event_offset if field == "event_id" else values))
+        if "meta" in parts:
+            self._names_from_metadata(parts["meta"])
+        if "ops" not in parts:
+            return None
+        ops: dict[str, list[I64]] = {f: [] for f in (*dict(_COLS), "name")}
+        self._take(ops, parts["ops"], event_offset)
+        cols = {f: pa.array(v[0]) for f, v in ops.items()}
+        cols["is_cpu"] = parts["ops"]["is_cpu"]
+        return pa.table(cols)
+
+    def _code(self, values: list[str | None]) -> I64:
+        out = np.full(len(values), -1, dtype=np.int64)
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            code = self._name_code.get(v)
+            if code is None:
+                code = self._name_code[v] = len(self.names)
+                self.names.append(v)
+            out[i] = code
+        return out
+
+    def _take(self, store: dict[str, list[I64]], sub: pa.Table, event_offset: int) -> None:
+        distinct, codes = dict_codes(sub["name"].combine_chunks())
+        lut = self._code(distinct)
+        store["name"].append(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1))
+        for field, col in _COLS:
+            store[field].append(to_numpy(sub[col]))
+        store["event_id"][-1] = store["event_id"][-1] + event_offset
+        for field in ("pid", "tid"):  # labelled ids ("Spans", "stream 7") get codes of their own
+            labels, codes = dict_codes(sub[field + "_label"].combine_chunks())
+            if labels:
+                lut = self._code(labels)
+                store[field][-1] = np.where(codes >= 0, labelled_id(lut[np.maximum(codes, 0)]), store[field][-1])
+        for field in ("event_id", "pid", "tid", "name", "corr", "ext"):  # 32 bits where they fit: kept until linked
+            store[field][-1] = narrow(store[field][-1])
+
+    def _names_from_metadata(self, meta: pa.Table) -> None:
+        for row in meta.to_pylist():
+            label = _label(row["args"])
+            if label is None:
+                continue
+            pkey = _key(row["pid"], row["pid_label"])
+            if row["name"] == "process_name":
+                self.process_names[pkey] = label
+            elif row["name"] == "thread_name":
+                self.thread_names[pkey + "/" + _key(row["tid"], row["tid_label"])] = label
+
+    # -- between passes -------------------------------------------------------------
+    def finalize(self, op_tables: Iterable[pa.Table], events: int) -> None:
+        """Link the API calls to their operators (``events``: the trace's number of events)."""
+        # Memory grows with the API calls: every array goes as
+        # soon as nothing needs it, before the next large one is made.
+        self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
+        resolver = OperatorResolver(self.api, self.gpu, events)  # keeps sorted copies of the External ids
+        del self.api["ext"], self.gpu["ext"], self.gpu["corr"]
+        # A chunk's operators at a time: larger batches are faster and take more memory (the
+        # pairs of operator and API call each batch expands to).
+        try:
+            for ops in op_tables:
+                resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
+            self.api["op_eid"], self.api["op_name"] = resolver.api_result()
+        finally:
+            resolver.annotations.close()  # its temporary file, if it needed one, also after an error
+        gpu_op = {"op_eid": resolver.gpu_ext_eid, "op_name": resolver.gpu_ext_name}
+        del resolver
+        # Pass 2 looks rows up through sorted keys; the fields only linking needed go.
+        corr = self.api.pop("corr")
+        self._by_corr = SortedKeys(np.where(corr >= 0, corr, NO_CALL))  # a GPU row without one probes -1
+        del corr, self.api["pid"]
+        self._by_api_eid = SortedKeys(self.api["event_id"])
+        self._by_gpu_eid = SortedKeys(self.gpu["event_id"])
+        # Codes, operator event ids and thread ids in 32 bits where they fit (pass 2 widens what it takes).
+        for field in ("name", "op_name", "op_eid", "tid"):
+            self.api[field] = narrow(self.api[field])
+        self.gpu = {field: narrow(values) for field, values in gpu_op.items()}
+
+    # -- pass 2 ---------------------------------------------------------------------
+    def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
+        n = table.num_rows
+        api = self.api
+        kind = to_numpy(table["kind"].combine_chunks().indices)
+        eid = to_numpy(table["event_id"])
+        gpu = IS_GPU[kind]
+        corr = to_numpy(table["correlation_id"])
+        launch = np.full(n, -1, dtype=np.int64)
+        if gpu.any():
+            launch[gpu] = self._by_corr.find(corr[gpu])
+        own = np.full(n, -1, dtype=np.int64)
+        is_api = kind == KIND_CODE["cuda_api"]
+        if is_api.any():
+            own[is_api] = self._by_api_eid.find(eid[is_api])
+        via = np.where(launch >= 0, launch, own)
+        op_eid = _gather(api.get("op_eid"), via)
+        op_name = _gather(api.get("op_name"), via)
+        orphan = gpu & (launch < 0)
+        if orphan.any():
+            g = self._by_gpu_eid.find(eid[orphan])
+            op_eid[orphan], op_name[orphan] = _gather(self.gpu["op_eid"], g), _gather(self.gpu["op_name"], g)
+        cols = {name: table[name] for name in S.NAMES}
+        cols["start_ns"] = pc.add(table["start_ns"], base_ns)
+        cols["end_ns"] = pc.add(table["end_ns"], base_ns)
+        self._launch_columns(cols, launch, base_ns)
+        cols["op_event_id"] = pa.array(op_eid, mask=op_eid < 0)
+        cols["op_name"] = from_codes(op_name, self.names)
+        cols["process_name"], cols["thread_name"] = self._labels(table)
+        return S.conform(cols, n)
+
+    def _launch_columns(self, cols: dict[str, Any], launch: I64, base_ns: int) -> None:
+        has = launch >= 0
+        if not has.any():
+            return
+        api, li = self.api, np.maximum(launch, 0)
+
+        def pick(values: I64, offset: int = 0) -> pa.Array:
+            return pa.array(np.where(has, values[li].astype(np.int64) + offset, 0), mask=~has)
+
+        lstart, lend = pick(api["start"], base_ns), pick(api["end"], base_ns)
+        cols["launch_event_id"], cols["launch_tid"] = pick(api["event_id"]), pick(api["tid"])
+        cols["launch_name"] = from_codes(np.where(has, api["name"][li], -1), self.names)
+        cols["launch_start_ns"], cols["launch_end_ns"] = lstart, lend
+        cols["queue_ns"], cols["wall_ns"] = queue_and_wall(cols["start_ns"], cols["end_ns"], lstart, lend)
+
+    def _labels(self, table: pa.Table) -> tuple[pa.Array, pa.Array]:
+        """Each row's process and thread name, looked up once per distinct (pid, tid) of the batch."""
+        n = table.num_rows
+        if n == 0 or (not self.process_names and not self.thread_names):
+            return pa.nulls(n, S.DICT), pa.nulls(n, S.DICT)
+        pkeys, pcode = _row_keys(table, "pid")
+        tkeys, tcode = _row_keys(table, "tid")
+        process = _lookup(pcode, [self.process_names.get(k) for k in pkeys])
+        pairs, inverse = unique_pairs(pcode, tcode)
+        names = [self.thread_names.get(f"{pkeys[p]}/{tkeys[t]}") if p >= 0 and t >= 0 else None for p, t in pairs]
+        return process, _lookup(inverse, names)
+
+
+def _row_keys(table: pa.Table, col: str) -> tuple[list[str], I64]:
+    """The key a row's ``pid`` or ``tid`` has in the metadata's names (its label, else its
+    number as text): the distinct keys, and each row's index into them (-1: none)."""
+    numbers, ncode = dict_codes(table[col].combine_chunks())
+    labels, lcode = dict_codes(table[col + "_label"].combine_chunks())
+    keys = [str(v) for v in numbers] + [str(v) for v in labels]
+    return keys, np.where(lcode >= 0, lcode + len(numbers), ncode)
+
+
+def _lookup(codes: I64, values: list[str | None]) -> pa.Array:
+    """Dictionary array of ``values[code]`` per row (null where the code is -1 or the value None)."""
+    labels = sorted({v for v in values if v is not None})
+    at = {v: i for i, v in enumerate(labels)}
+    lut = np.array([at[v] if v is not None else -1 for v in values] + [-1], dtype=np.int64)
+    return from_codes(lut[codes], labels)  # code -1 picks the appended -1
+
+
+def _gather(values: I64 | None, idx: I64) -> I64:
+    if values is None or not len(values):
+        return np.full(len(idx), -1, dtype=np.int64)
+    return np.where(idx >= 0, values[np.maximum(idx, 0)].astype(np.int64), -1)
+
+
+def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:
+    """Each field's chunk arrays as one array, emptying ``store`` as it goes: one field's
+    pieces and their concatenation are in memory at once, not every field twice."""
+    out = {}
+    while store:
+        field, parts = store.popitem()
+        out[field] = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        del parts
+        return_freed_memory()  # the pieces lie between live data: only a trim gives them back
+    return out
+
+
+def _key(value: int | None, label: str | None) -> str:
+    return label if label is not None else ("" if value is None else str(value))
+
+
+def _label(args_text: str | None) -> str | None:
+    if not args_text:
+        return None
+    try:
+        value = orjson.loads(args_text)
+    except orjson.JSONDecodeError:
+        return None
+    name = value.get("name") if isinstance(value, dict) else None
+    return name if isinstance(name, str) else None

@@ -1,0 +1,157 @@
+"""Each CUDA API call's CPU operator, found while the operators stream past the calls once.
+
+An API call's operator is, in order of preference: the first operator (in the trace's order)
+its External id names, if that operator encloses the call on its thread; the innermost
+enclosing ``cpu_op``; the innermost enclosing user annotation. The calls are the query points
+of one :class:`~traceconv.readers.enclosing.Innermost`; an External-id match settles its call
+(no enclosing operator replaces it). Annotations wait in a spill until every ``cpu_op`` has
+been seen: they only go to the calls that no ``cpu_op`` encloses. GPU rows whose launching
+call is not in the trace get the operator their own External id names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceconv.readers.arrow_util import I64, Ints, to_numpy
+from traceconv.readers.enclosing import DECIDED, Innermost, Points, spans
+from traceconv.readers.pytorch.spill import Spill
+
+ANNOTATION_FIELDS = ("event_id", "pid", "tid", "start", "end", "name")  # the link index's own field names
+_INT32 = np.iinfo(np.int32)
+_HALF = 1 << 31  # a 32-bit id shifted to be non-negative: the low half of a packed (pid, tid) key
+
+
+class OperatorResolver:
+    """Streams operator batches past the API calls (see the module's docstring).
+
+    ``api`` and ``gpu`` are the link index's columns (``event_id``, ``corr``, ``ext``, ``pid``,
+    ``tid``, ``start``, ``end``, ``name``); ``events`` bounds the trace's event ids.
+    """
+
+    def __init__(self, api: dict[str, I64], gpu: dict[str, I64], events: int) -> None:
+        self.api = api
+        n = len(api["event_id"])
+        # Event ids and name codes in 32 bits where they fit: this state is the peak of the
+        # whole conversion on traces with many API calls.
+        ids = id_type(events)
+        self.ext_q = IdMatches(api["ext"], (api["ext"] >= 0) & (api["ext"] != api["corr"]))
+        self.gpu_q = IdMatches(gpu["ext"], (gpu["ext"] >= 0) & (gpu["ext"] != gpu["corr"]))
+        self.gpu_ext_eid = np.full(len(gpu["event_id"]), -1, ids)
+        self.gpu_ext_name = np.full(len(gpu["event_id"]), -1, np.int32)
+        self.best = Innermost(n, [ids, np.int32])
+        self.annotations = Spill()
+        self.threads: dict[tuple[int, int], int] = {}
+        for pair in unique_pairs(api["pid"], api["tid"])[0] if n else []:
+            self.threads[pair] = len(self.threads)
+        self.points = Points(self._thread_codes(api["pid"], api["tid"]), api["start"], reuse_group=True)
+
+    def feed(self, ops: dict[str, I64]) -> None:
+        self._ext(ops)
+        cpu = ops["is_cpu"] == 1
+        self._enclosing(ops, np.flatnonzero(cpu))
+        if not cpu.all():
+            rows = ~cpu
+            self.annotations.append(pa.table({name: ops[name][rows] for name in ANNOTATION_FIELDS}))
+
+    def _ext(self, ops: dict[str, I64]) -> None:
+        api, best = self.api, self.best
+        op_i, j = self.ext_q.matches(ops["ext"])
+        ok = (
+            (ops["pid"][op_i] == api["pid"][j])
+            & (ops["tid"][op_i] == api["tid"][j])
+            & (ops["start"][op_i] <= api["start"][j])
+            & (api["start"][j] <= ops["end"][op_i])
+            & (best.start[j] != DECIDED)
+        )
+        j, op_i = j[ok], op_i[ok]
+        best.decide(j, [ops["event_id"][op_i], ops["name"][op_i]])
+        op_i, g = self.gpu_q.matches(ops["ext"])
+        free = self.gpu_ext_eid[g] < 0
+        self.gpu_ext_eid[g[free]], self.gpu_ext_name[g[free]] = ops["event_id"][op_i[free]], ops["name"][op_i[free]]
+
+    def _enclosing(self, ops: dict[str, I64], rows: I64) -> None:
+        """Offer the operators at ``rows`` to the calls they enclose."""
+        if not self.points.n or not len(rows):
+            return
+        code = self._thread_codes(ops["pid"][rows], ops["tid"][rows])
+        keep = (code >= 0) & (ops["end"][rows] >= ops["start"][rows])
+        live, code = rows[keep], code[keep]
+        start, end = ops["start"][live], ops["end"][live]
+        lo, hi = self.points.covered(code, start, end)
+        self.best.offer(self.points, lo, hi, start, end, [ops["event_id"][live], ops["name"][live]])
+
+    def _thread_codes(self, pid: I64, tid: I64) -> I64:
+        if not len(pid):
+            return np.empty(0, np.int64)
+        pairs, inverse = unique_pairs(pid, tid)
+        lut = np.array([self.threads.get((int(p), int(t)), -1) for p, t in pairs], dtype=np.int64)
+        return lut[inverse]
+
+    def api_result(self) -> tuple[Ints, Ints]:
+        """Each API call's operator (event id, name code; -1: none), once every batch is fed."""
+        self.best.settle_found()  # an External id or a cpu_op: no annotation replaces it
+        for table in self.annotations:
+            ops = {name: to_numpy(table[name]) for name in ANNOTATION_FIELDS}
+            self._enclosing(ops, np.arange(table.num_rows))
+        eid, name = self.best.values
+        return eid, name
+
+
+class IdMatches:
+    """Sorted query ids, to find every query equal to a probe id."""
+
+    def __init__(self, keys: I64, valid: Any) -> None:
+        idx = np.flatnonzero(valid)
+        order = np.argsort(keys[idx], kind="stable")
+        # int64 like the probes (the operators' ids): searching narrower keys would widen them on every call
+        self.idx, self.keys = idx[order].astype(id_type(len(keys))), keys[idx][order].astype(np.int64)
+
+    def matches(self, probe: I64) -> tuple[I64, I64]:
+        """(probe index, query index) for every equal pair."""
+        if not len(self.keys):
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        ok = np.flatnonzero(probe >= 0)
+        lo = np.searchsorted(self.keys, probe[ok], "left")
+        hi = np.searchsorted(self.keys, probe[ok], "right")
+        owner, pos = spans(lo, hi)
+        return ok[owner], self.idx[pos]
+
+
+def unique_pairs(pid: Ints, tid: Ints) -> tuple[list[tuple[int, int]], Ints]:
+    """Distinct (pid, tid) pairs and each row's index into them.
+
+    Ids that fit in 32 bits (all real ones but legacy 64-bit thread ids) are packed into one
+    int64 (pid in the high half, tid + 2**31 in the low one) and hashed (Arrow's dictionary
+    encoding: no sort, and only 32-bit indices besides the packed keys), many times faster
+    than numpy's unique over rows.
+    """
+    fits = pid.min() >= -_HALF and pid.max() < _HALF and tid.min() >= -_HALF and tid.max() < _HALF
+    if fits:
+        packed = pid.astype(np.int64)  # a copy: shifted and added to in place
+        packed <<= 32
+        packed += tid
+        packed += _HALF
+        encoded = pc.dictionary_encode(pa.array(packed))
+        del packed
+        keys = encoded.dictionary.to_numpy()
+        pairs = list(zip((keys >> 32).tolist(), ((keys & 0xFFFFFFFF) - _HALF).tolist(), strict=True))
+        return pairs, encoded.indices.to_numpy()
+    rows, inverse = np.unique(np.stack([pid.astype(np.int64), tid.astype(np.int64)], 1), axis=0, return_inverse=True)
+    return [(int(p), int(t)) for p, t in rows.tolist()], inverse.reshape(-1)
+
+
+def id_type(bound: int) -> type[np.signedinteger[Any]]:
+    """The integer type for values in ``[-1, bound)``: 32 bits where they fit."""
+    return np.int32 if bound <= _INT32.max else np.int64
+
+
+def narrow(values: I64) -> I64:
+    """``values`` as int32 if every one fits (half the memory), else as they are."""
+    if len(values) and (values.min() < _INT32.min or values.max() > _INT32.max):
+        return values
+    return values.astype(np.int32, copy=False)

@@ -1,0 +1,139 @@
+"""``diff`` as text: a terminal table, Markdown, or JSON, from one :class:`DiffReport`.
+
+Every figure is per step (per profiled window when a run marks no steps; the note says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from traceconv.analyses.diff import DiffReport
+from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare, plain
+from traceconv.names import kernel_label
+from traceconv.render.summary import SHORT_LISTS, TABLE_WIDTH
+from traceconv.render.table import Col, Doc, json_document
+from traceconv.units import ms, signed, us
+
+DELTA_OP_COLS = [
+    Col("ΔGPU self ms", "gpu_self_ns", "ms"),
+    Col("ΔCPU self ms", "cpu_self_ns", "ms"),
+    Col("GPU before", "b_gpu", "ms"),
+    Col("after", "a_gpu", "ms"),
+    Col("Calls", "b_calls", "pct"),
+    Col("after", "a_calls", "pct"),
+    Col("Status", "status"),
+    Col("Operator", "name", shrink=True),
+]
+DELTA_KERNEL_COLS = [
+    Col("Δ Exec ms", "dur_ns", "ms"),
+    Col("Exec before", "b_dur", "ms"),
+    Col("after", "a_dur", "ms"),
+    Col("Count before", "b_count", "pct"),
+    Col("after", "a_count", "pct"),
+    Col("Status", "status"),
+    Col("Kernel", "name", shrink=True),
+]
+DELTA_COPY_COLS = [
+    Col("Dir", "dir"),
+    Col("Count before", "b_count", "pct"),
+    Col("after", "a_count", "pct"),
+    Col("MB before", "b_mb", "pct"),
+    Col("after", "a_mb", "pct"),
+    Col("ms before", "b_dur", "ms"),
+    Col("after", "a_dur", "ms"),
+    Col("Status", "status"),
+]
+DELTA_SYNC_COLS = [
+    Col("Kind", "kind"),
+    Col("Before", "before", "pct"),
+    Col("After", "after", "pct"),
+    Col("Status", "status"),
+    Col("Caused by", "label", shrink=True),
+]
+
+
+def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TABLE_WIDTH) -> str:
+    """The diff as a terminal table, Markdown or JSON; all figures per step (or per window, see the note)."""
+    if fmt == "json":
+        return json_document(plain(d)) + "\n"
+    b, a, delta = d.before, d.after, d.delta
+    doc = Doc(fmt == "markdown", width)
+    unit = "step" if d.scope == "steps" else "window"
+    doc.title(f"{before} -> {after}, per {unit}")
+    if d.note:
+        doc.line(f"Note: {d.note}")
+    if d.scope == "steps":
+        doc.line(f"Steps: {b.steps} {b.label} -> {a.steps} {a.label}")
+    change = f", {delta.step_ns * 100.0 / b.step_ns:+.1f}%" if b.step_ns else ""
+    moved = signed(ms(delta.step_ns), delta.step_ns)
+    doc.line(f"{unit.capitalize()} time: {ms(b.step_ns)} -> {ms(a.step_ns)} ({moved}{change})")
+    doc.line(
+        f"GPU time per {unit}: {ms(b.gpu_time_ns)} -> {ms(a.gpu_time_ns)}; verdict "
+        f"{b.bound.verdict} ({b.bound.gpu_busy_pct:.1f}% busy) -> {a.bound.verdict} ({a.bound.gpu_busy_pct:.1f}% busy)"
+    )
+    _findings(doc, delta.findings)
+    doc.heading(f"Copies per {unit}")
+    doc.table(_copy_rows(b.memcpy, a.memcpy, delta.memcpy), DELTA_COPY_COLS)
+    doc.heading(
+        f"Synchronisations per {unit}: {b.sync.count:g} -> {a.sync.count:g} "
+        f"({us(b.sync.dur_ns)} -> {us(a.sync.dur_ns)} blocked)"
+    )
+    kinds: list[tuple[str, SyncShare, SyncShare, SyncChange]] = [
+        (w, getattr(b.sync, k), getattr(a.sync, k), getattr(delta.sync, k)) for k, w in SYNC_KINDS.items()
+    ]
+    doc.line(", ".join(f"{w} {x.count:g} -> {y.count:g}" for w, x, y, _ in kinds))
+    doc.table([{**asdict(o), "kind": w, "label": o.label} for w, _, _, dd in kinds for o in dd.ops], DELTA_SYNC_COLS)
+    doc.heading(f"Operators per {unit}, biggest change first")
+    doc.table([_flat(o, "gpu_self_ns", "calls", "gpu", "calls") for o in delta.top_ops], DELTA_OP_COLS)
+    doc.heading(f"Kernels per {unit}, biggest change first")
+    short = None if doc.markdown else SHORT_LISTS
+    doc.table(
+        [
+            {**_flat(k, "dur_ns", "count", "dur", "count"), "name": kernel_label(k["name"])}
+            for k in delta.top_kernels[:short]
+        ],
+        DELTA_KERNEL_COLS,
+    )
+    return doc.text()
+
+
+def _findings(doc: Doc, f: FindingChanges) -> None:
+    doc.heading("Findings")
+    doc.line("gone: " + (", ".join(f.gone) or "none"))
+    doc.line("new: " + (", ".join(f.new) or "none"))
+    kept = "; ".join(f"{k.code} {k.before:g} -> {k.after:g} ({k.severity[0]} -> {k.severity[1]})" for k in f.kept)
+    doc.line("still there: " + (kept or "none"))
+
+
+def _copy_rows(
+    b: dict[str, CopyTotals], a: dict[str, CopyTotals], delta: dict[str, CopyChange]
+) -> list[dict[str, Any]]:
+    zero = CopyTotals(0, 0, 0)
+    rows = []
+    for direction, dd in delta.items():
+        x, y = b.get(direction, zero), a.get(direction, zero)
+        rows.append(
+            {
+                "dir": direction,
+                "status": dd.status,
+                "b_count": x.count,
+                "a_count": y.count,
+                "b_mb": x.bytes / 1e6,
+                "a_mb": y.bytes / 1e6,
+                "b_dur": x.dur_ns,
+                "a_dur": y.dur_ns,
+            }
+        )
+    return rows
+
+
+def _flat(item: dict[str, Any], time_key: str, count_key: str, time_col: str, count_col: str) -> dict[str, Any]:
+    """A row of a per-name change table, with its before and after figures as columns of their own."""
+    return {
+        **item,
+        f"b_{time_col}": item["before"][time_key],
+        f"a_{time_col}": item["after"][time_key],
+        f"b_{count_col}": item["before"][count_key],
+        f"a_{count_col}": item["after"][count_key],
+    }

@@ -1,0 +1,153 @@
+"""``summary`` as text: a terminal table, Markdown, or JSON, from one :class:`SummaryReport`.
+
+Terminal output fits ``width`` columns (100 by default): long names are cut with an
+ellipsis and findings wrap. JSON is the report field for field (``analyses.results.plain``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from traceconv.analyses.results import SYNC_KINDS, Copies, MemoryPeak, OpRow, StepFigures, SyncTally, plain
+from traceconv.analyses.summary import SummaryReport
+from traceconv.names import kernel_label
+from traceconv.render.table import Col, Doc, json_document
+from traceconv.units import mb, ms, us
+
+TABLE_WIDTH = 100
+SHORT_LISTS = 5  # rows of the ranges and kernels tables in a terminal
+
+OP_COLS = [
+    Col("GPU self ms", "gpu_self_ns", "ms"),
+    Col("GPU total ms", "gpu_total_ns", "ms"),
+    Col("CPU ms", "cpu_total_ns", "ms"),
+    Col("CPU self ms", "cpu_self_ns", "ms"),
+    Col("Calls", "calls", "int"),
+    Col("Operator [input dims]", "label", shrink=True),
+]
+RANGE_COLS = [
+    Col("GPU ms", "gpu_ns", "ms"),
+    Col("Time ms", "dur_ns", "ms"),
+    Col("Count", "count", "int"),
+    Col("Range", "name", shrink=True),
+]
+KERNEL_COLS = [
+    Col("Time %", "time_pct", "pct"),
+    Col("Exec ms", "dur_ns", "ms"),
+    Col("Count", "count", "int"),
+    Col("Avg µs", "avg_ns", "us"),
+    Col("Queue avg µs", "queue_avg_ns", "us"),
+    Col("Occ %", "occupancy_pct", "pct"),
+    Col("Kernel", "label", shrink=True),
+]
+COPY_COLS = [
+    Col("Dir", "dir"),
+    Col("Count", "count", "int"),
+    Col("MB", "mb", "pct"),
+    Col("ms", "dur_ns", "ms"),
+    Col("GB/s", "bandwidth_gbps", "pct"),
+    Col("GPU %", "gpu_time_pct", "pct"),
+    Col("Pageable", "pageable_count", "int"),
+    Col("Pinned", "pinned_count", "int"),
+    Col("Issued by", "issuer", shrink=True),
+]
+
+
+def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDTH) -> str:
+    """The summary as a terminal table (``table``), Markdown (``markdown``) or JSON (``json``)."""
+    if fmt == "json":
+        return json_document(plain(r)) + "\n"
+    doc = Doc(fmt == "markdown", width)
+    doc.title(f"{title} ({r.source})")
+    _overview(doc, r)
+    doc.heading(f"Findings ({_scope_words(r.findings_scope, r.steps)})")
+    doc.findings(r.findings)
+    doc.heading("Top operators by self GPU time")
+    doc.table([{**asdict(o), "label": with_dims(o)} for o in r.top_ops], OP_COLS)
+    short = None if doc.markdown else SHORT_LISTS
+    doc.heading("Host annotations and NVTX ranges (GPU time launched inside, on the same thread)")
+    doc.table([asdict(n) for n in r.nvtx[:short]], RANGE_COLS)
+    doc.heading("Top kernels by execution time (queue: launch call's end to kernel start)")
+    doc.table(
+        [{**asdict(k), "label": k.short_name or kernel_label(k.name)} for k in r.top_kernels[:short]], KERNEL_COLS
+    )
+    doc.heading("Copies")
+    doc.table(copy_rows(r.memcpy), COPY_COLS)
+    _syncs(doc, r)
+    _memory(doc, r.memory)
+    return doc.text()
+
+
+def _scope_words(scope: str, steps: StepFigures | None) -> str:
+    if scope == "steps" and steps:
+        return f"measured on the {steps.count} steps {steps.label}"
+    return "measured on the whole window"
+
+
+def _overview(doc: Doc, r: SummaryReport) -> None:
+    s = r.steps
+    span = f"Profiled window {ms(r.window_ns)}"
+    if s:
+        span += f"; {s.count} steps {s.label}: avg {ms(s.avg_ns)} (min {ms(s.min_ns)}, max {ms(s.max_ns)})"
+    doc.line(span)
+    for dev, g in r.gpu.items():
+        pct = g.busy_ns * 100.0 / g.window_ns if g.window_ns else 0.0
+        extra = ""
+        if s and dev in s.gpu and s.gpu[dev].window_ns:
+            extra = f"; in steps busy {s.gpu[dev].busy_ns * 100.0 / s.gpu[dev].window_ns:.1f}%"
+        doc.line(f"GPU {dev}: busy {ms(g.busy_ns)} ({pct:.1f}%), idle {ms(g.idle_ns)}{extra}")
+    b = r.bound
+    api = b.idle_in_api_pct
+    why = f"; host inside CUDA calls {api:.0f}% of the GPU idle time" if api is not None else ""
+    doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{why})")
+
+
+def with_dims(o: OpRow) -> str:
+    """An operator with its most frequent input dims, and how many others there were."""
+    more = f" +{o.shapes - 1} more" if o.shapes > 1 else ""
+    return f"{o.name} {o.input_dims}{more}" if o.input_dims else o.name
+
+
+def copy_rows(memcpy: dict[str, Copies]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for direction, c in memcpy.items():
+        issuer = ", ".join(f"{o.label} x{o.count}" for o in c.ops[:2])
+        rows.append({**asdict(c), "dir": direction, "mb": c.bytes / 1e6, "issuer": issuer})
+    return rows
+
+
+def _syncs(doc: Doc, r: SummaryReport) -> None:
+    s = r.sync
+    calls = ", ".join(f"{c.name} x{c.count}" for c in s.calls) or "none"
+    doc.heading(f"Synchronisations ({s.count}, host blocked {us(s.dur_ns)}; {_sync_kinds(s, 1)})")
+    doc.line(calls)
+    if s.ops:
+        doc.line("from: " + "; ".join(f"{o.label} x{o.count}" for o in s.ops))
+    st = r.steps
+    if st:
+        n = st.count
+        copies = ", ".join(f"{k} {v.count / n:.1f} ({mb(v.bytes / n)})" for k, v in st.memcpy.items())
+        doc.line(
+            f"Per step ({n} steps): syncs {st.sync.count / n:.1f} ({us(st.sync.dur_ns / n)}; "
+            f"{_sync_kinds(st.sync, n)}); copies {copies or 'none'}"
+        )
+
+
+def _sync_kinds(s: object, n: int) -> str:
+    kinds: list[tuple[str, SyncTally]] = [(w, getattr(s, k)) for k, w in SYNC_KINDS.items()]
+    return ", ".join(f"{w} {t.count / n:g}" for w, t in kinds)
+
+
+def _memory(doc: Doc, memory: dict[str, MemoryPeak]) -> None:
+    if not memory:
+        return
+    parts = [
+        f"{'GPU ' + dev if dev != 'cpu' else 'host'}: allocated {mb(m.allocated_peak_bytes)}"
+        + (f", reserved {mb(m.reserved_peak_bytes)}" if m.reserved_peak_bytes else "")
+        for dev, m in memory.items()
+    ]
+    doc.heading("Memory peaks")
+    if doc.markdown:
+        doc.line("; ".join(parts))
+    else:
+        doc.lines[-1] += " " + "; ".join(parts)
