@@ -40,26 +40,40 @@ def json_sync_kinds(path: Path) -> dict[str, list[int]]:
 
 def sqlite_sync_kinds(path: Path) -> dict[str, list[int]]:
     """The same from the export's tables: LAG over each thread's runtime calls, MEMCPY copyKind 1 (HtoD), srcKind 0
-    (pageable); steps are the NVTX ranges step_N."""
+    (pageable); steps are the NVTX ranges step_N (warm-up left out)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    steps = kept_steps(db.execute("SELECT start, end FROM NVTX_EVENTS WHERE text GLOB 'step_[0-9]*'").fetchall())
     rows = db.execute(
         "WITH c AS (SELECT r.start, r.end, s.value AS name, LAG(r.correlationId) OVER"
         " (PARTITION BY r.globalTid ORDER BY r.start) AS prev FROM CUPTI_ACTIVITY_KIND_RUNTIME r"
         " JOIN StringIds s ON s.id = r.nameId)"
-        " SELECT c.end - c.start, c.name LIKE 'cudaStreamSynchronize%' AND m.copyKind = 1 AND m.srcKind = 0"
-        " FROM c JOIN NVTX_EVENTS n ON n.text GLOB 'step_[0-9]*' AND c.start BETWEEN n.start AND n.end"
-        " LEFT JOIN CUPTI_ACTIVITY_KIND_MEMCPY m ON m.correlationId = c.prev WHERE c.name LIKE '%Synchronize%'"
+        " SELECT c.start, c.end - c.start, c.name LIKE 'cudaStreamSynchronize%' AND m.copyKind = 1 AND m.srcKind = 0"
+        " FROM c LEFT JOIN CUPTI_ACTIVITY_KIND_MEMCPY m ON m.correlationId = c.prev WHERE c.name LIKE '%Synchronize%'"
     ).fetchall()
     db.close()
+    rows = [(dur, staged) for start, dur, staged in rows if any(s <= start <= e for s, e in steps)]
     return {k: [dur for dur, staged in rows if bool(staged) == (k == "staging")] for k in KINDS}
 
 
+def kept_steps(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Steps in time order without the warm-up: a first step over 3x the median of all (README, summary)."""
+    steps = sorted(steps)
+    durations = sorted(e - s for s, e in steps)
+    n = len(durations)
+    median = (durations[n // 2] + durations[(n - 1) // 2]) / 2 if n else 0
+    if n > 2 and steps[0][1] - steps[0][0] > 3 * median:
+        return steps[1:]
+    return steps
+
+
 def json_steps(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    return [
-        (to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"]))
-        for e in events
-        if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")
-    ]
+    return kept_steps(
+        [
+            (to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"]))
+            for e in events
+            if e.get("cat") == "user_annotation" and str(e["name"]).startswith("ProfilerStep#")
+        ]
+    )
 
 
 def json_gpu_time_in_steps(path: Path) -> int:

@@ -146,6 +146,10 @@ def test_unlaunched_rows_are_kept_and_counted() -> None:
     assert by_launch["no_launch"].sum() == unlaunched == by_launch["count"][by_launch["launch_name"].isna()].sum()
     assert by_launch["count"].sum() == len(rows)
     assert set(by_launch["launch_name"].dropna()) >= {"hipLaunchKernel", "hipMemcpyAsync"}
+    # the PyTorch reader counts them in traceconv.stats with a note, as the nsys reader does
+    stats = json.loads(table.schema.metadata[b"traceconv.stats"])
+    assert stats["counters"]["gpu_rows_without_launch"] == unlaunched
+    assert any(n.startswith(f"{unlaunched:,} kernel/memcpy/memset rows have no launching") for n in stats["notes"])
 
 
 def test_summary_by_name_equals_stdlib_statistics() -> None:
@@ -212,8 +216,9 @@ def _per_launch_from_exec_trace() -> pd.DataFrame:
         "kind": ["kernel"] * len(rows),
         "correlation_id": [None] * len(rows),
         "trace_id": ["fixed"] * len(rows),
+        "op_name": [None] * len(rows),
     }
-    text = ("launch_name", "name", "kind", "trace_id")
+    text = ("launch_name", "name", "kind", "trace_id", "op_name")
     return pd.DataFrame({k: pd.Categorical(v) if k in text else pd.Series(v, dtype="Int64") for k, v in cols.items()})
 
 

@@ -45,9 +45,14 @@ def processes_for(jobs: Sequence[Job], fmt: str | None, workers: int | None = No
     return processes
 
 
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
 def _serve(conn: Any, jobs: Sequence[Job], fmt: str | None, options: dict[str, Any]) -> None:
     """A process of the batch: convert its share of the jobs, in order, and send each result
-    (or the error that stops it) back."""
+    (or the error that stops it) back. Ctrl-C is the batch's to handle, SIGTERM ends this one."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
     for job in jobs:
         started = time.monotonic()
         try:
@@ -80,11 +85,13 @@ def convert_many(
     options = {**options, "workers": 0}  # one process per file: the batch is the parallelism
     ctx = multiprocessing.get_context("fork")
     conns, procs = [], []
-    # Ctrl-C reaches every process of the terminal's group: the batch's processes ignore it from
-    # their first instruction (inherited at the fork), and this process stops them with SIGTERM,
-    # which unwinds a conversion quietly (its temporary files go) where an interrupt would not.
+    # Ctrl-C reaches every process of the terminal's group: the batch's processes ignore it, and
+    # this process stops them with SIGTERM, which unwinds a conversion quietly (its temporary files
+    # go) where an interrupt would not. Both signals are blocked while the processes are forked
+    # (held, not lost: one that arrives meanwhile reaches this process when they are unblocked);
+    # each process sets its own handling before it unblocks them (_serve).
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD) if main_thread else None
     try:
         for i in range(processes):
             parent, child = ctx.Pipe(duplex=False)
@@ -94,8 +101,8 @@ def convert_many(
             conns.append(parent)
             procs.append(proc)
     finally:
-        if main_thread:
-            signal.signal(signal.SIGINT, previous)
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     finished = False
     try:
         for k, job in enumerate(jobs):

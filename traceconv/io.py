@@ -9,15 +9,15 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
-from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UsageError
-from traceconv.readers import Progress, Reader, open_reader
+from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UnsupportedFormatError, UsageError
+from traceconv.readers import Progress, Reader, open_reader, sniff
 
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
 # Min/max statistics let a reader skip row groups when it filters (DuckDB, pyarrow.dataset,
@@ -193,7 +193,10 @@ def _no_space(exc: OSError) -> bool:
 def convert(
     path: Path, out: Path, fmt: str | None = None, progress: Progress | None = None, **options: Any
 ) -> WriteResult:
-    """Convert one input file (any supported format) to one unified Parquet file."""
+    """Convert one input file (any supported format) to one unified Parquet file (never onto the input)."""
+    from traceconv.ingest import check_output
+
+    check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
     return write_tables(reader, reader.tables(), out)
 
@@ -216,8 +219,31 @@ def file_metadata(path: Path) -> dict[bytes, bytes]:
     try:
         meta = pq.read_metadata(path).metadata or {}
     except (OSError, pa.ArrowInvalid) as exc:
-        raise InputError(path, f"is not a readable Parquet file ({exc})", "convert the trace again") from exc
+        _not_parquet(Path(path), exc)
     return dict(meta)
+
+
+_INPUTS = {
+    "pytorch": "a PyTorch profiler trace",
+    "nsys": "an Nsight Systems export",
+    "nsys-report": "an Nsight Systems report",
+}
+
+
+def _not_parquet(path: Path, exc: Exception) -> NoReturn:
+    """A file that is not Parquet: name what it is, and the function that reads that."""
+    try:
+        fmt = sniff(path)
+    except TraceconvError:
+        fmt = None
+    if fmt in _INPUTS:
+        raise UnsupportedFormatError(
+            path,
+            f"is {_INPUTS[fmt]}, not a traceconv Parquet file",
+            "read it with traceconv.read(path) (converted in memory), or convert it with "
+            "traceconv.convert(path, out) or `traceconv ingest`",
+        ) from exc
+    raise InputError(path, f"is not a readable Parquet file ({exc})", "convert the trace again") from exc
 
 
 def check_version(path: Path) -> dict[bytes, bytes]:

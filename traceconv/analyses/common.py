@@ -14,7 +14,7 @@ from pandas.core.groupby import SeriesGroupBy
 
 from traceconv import io
 from traceconv import schema as S
-from traceconv.errors import InputError, UsageError
+from traceconv.errors import InputError, TraceconvError, UsageError
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -34,25 +34,83 @@ def is_parquet(path: Path) -> bool:
         raise InputError(path, f"cannot be read ({exc.strerror or exc})", "check the path and permissions") from exc
 
 
-def load(path: str | Path, columns: Sequence[str] | None = None, kinds: Sequence[str] | None = None) -> pa.Table:
-    """Any input as one unified table: a trace, an Nsight Systems report or export, or traceconv Parquet.
+def load(
+    path: str | Path,
+    columns: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    notes: list[str] | None = None,
+) -> pa.Table:
+    """Any input as one unified table: a trace, an Nsight Systems report or export, traceconv
+    Parquet, or a directory of Parquet files or of traces.
 
     Parquet (a file recognised by its magic bytes, or a directory of them) is read with
     :func:`traceconv.io.read_table`; anything else is converted in memory with
-    :func:`traceconv.io.read`. ``columns`` and ``kinds`` narrow the result (and the
-    Parquet read).
+    :func:`traceconv.io.read`. ``columns`` and ``kinds`` narrow the result (and the Parquet
+    read). What a user should know about the input (trace files beside Parquet files that were
+    not read) is appended to ``notes``. A directory that mixes PyTorch traces and Nsight Systems
+    exports is refused: their operators and ranges are not the same thing.
     """
     path = Path(path)
     if columns is not None:
         unknown = sorted(set(columns) - set(S.NAMES))
         if unknown:
             raise UsageError(None, f"unknown column(s) {', '.join(unknown)}", "see the schema table in the README")
-    if is_parquet(path):
+    if path.is_dir():
+        table = _load_dir(path, columns, kinds, notes)
+    elif is_parquet(path):
+        table = io.read_table(path, kinds=kinds, columns=columns)
+    else:
+        table = _converted(path, columns, kinds)
+    _one_source(path, table)
+    return table
+
+
+def _load_dir(
+    path: Path, columns: Sequence[str] | None, kinds: Sequence[str] | None, notes: list[str] | None
+) -> pa.Table:
+    from traceconv.ingest import TRACE_PATTERNS, expand
+
+    parquet = [p for p in path.glob("*.parquet") if p.is_file() and not p.name.startswith(".")]
+    traces = expand(path, TRACE_PATTERNS)
+    if parquet:
+        if traces and notes is not None:
+            notes.append(
+                f"{path}: read its {len(parquet)} Parquet file(s); the {len(traces)} trace file(s) beside them were "
+                f"not read (convert them with `traceconv ingest {path}`)"
+            )
         return io.read_table(path, kinds=kinds, columns=columns)
-    table = io.read(path)
+    if not traces:
+        raise InputError(path, "holds no traces and no .parquet files", "give a trace, a report or a traceconv dataset")
+    return pa.concat_tables([_converted(t, columns, kinds).replace_schema_metadata(None) for t in traces])
+
+
+def _converted(path: Path, columns: Sequence[str] | None, kinds: Sequence[str] | None) -> pa.Table:
+    """A trace or report converted in memory; a hint to salvage names the command that can."""
+    try:
+        table = io.read(path)
+    except TraceconvError as exc:
+        if "--salvage" not in exc.hint:
+            raise
+        raise type(exc)(
+            exc.path,
+            exc.problem,
+            f"convert what can be read with `traceconv ingest --salvage {path}`, then analyse the Parquet file",
+        ) from exc
     if kinds is not None:
         table = table.filter(pc.is_in(table["kind"].cast(pa.string()), pa.array(list(kinds), pa.string())))
     return table.select(list(columns)) if columns is not None else table
+
+
+def _one_source(path: Path, table: pa.Table) -> None:
+    if "source" not in table.column_names or not table.num_rows:
+        return
+    sources = sorted(str(v) for v in pc.unique(table["source"].cast(pa.string())).drop_null().to_pylist())
+    if len(sources) > 1:
+        raise UsageError(
+            path,
+            f"holds inputs of different sources ({', '.join(sources)}): their operators and ranges are not alike",
+            "analyse each source on its own",
+        )
 
 
 def frame(data: Data, columns: Sequence[str], kinds: Sequence[str] | None = None) -> pd.DataFrame:

@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.findings import DEFAULTS, Finding, Thresholds, evaluate
-from traceconv.analyses.prepare import STEP_PATTERN, prepare
+from traceconv.analyses.findings import Finding, evaluate
+from traceconv.analyses.prepare import prepare
 from traceconv.analyses.results import (
     Bound,
     CopyChange,
@@ -35,7 +35,9 @@ from traceconv.analyses.results import (
     plain,
 )
 from traceconv.analyses.stats import Scope, ScopeStats, measure, step_scope, window_scope
-from traceconv.analyses.summary import DEFAULT_TOP
+from traceconv.analyses.steps import STEP_PATTERN
+from traceconv.analyses.summary import DEFAULT_TOP, frame_notes
+from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 
 _OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
 _KERNEL_MEASURES = ("count", "dur_ns", "queue_ns")
@@ -58,6 +60,7 @@ class Diff:
     note: str | None
     before: Side
     after: Side
+    notes: list[str]  # about either run: warm-up left out, different sources, ...
 
 
 def diff(
@@ -77,9 +80,20 @@ def diff(
     sides = []
     for f, scope in zip(frames, scopes, strict=True):
         assert scope is not None
-        stats = measure(f, scope, thresholds.gpu_bound_pct)
-        sides.append(Side(stats, evaluate(stats, thresholds)))
-    return Diff("steps" if note is None else "window", note, sides[0], sides[1])
+        stats = measure(f, scope, thresholds)
+        sides.append(Side(stats, evaluate(stats, thresholds, f.program)))
+    notes = [
+        f"{side}: {n}"
+        for side, f in zip(("before", "after"), frames, strict=True)
+        for n in frame_notes(f, step_pattern)
+    ]
+    if frames[0].source != frames[1].source:
+        notes.insert(
+            0,
+            f"before is {frames[0].source} and after {frames[1].source}: their operators, ranges and kernel names "
+            "are recorded differently, so compare the steps, GPU time, copies and syncs rather than names",
+        )
+    return Diff("steps" if note is None else "window", note, sides[0], sides[1], notes)
 
 
 @dataclass(frozen=True)
@@ -120,11 +134,12 @@ class DiffReport:
     before: SideReport
     after: SideReport
     delta: DeltaReport
+    notes: list[str]
 
 
 def report(d: Diff, top: int = DEFAULT_TOP) -> DiffReport:
     b, a = side_report(d.before, top), side_report(d.after, top)
-    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top))
+    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top), d.notes)
 
 
 def as_dict(d: Diff, top: int = DEFAULT_TOP) -> dict[str, Any]:
@@ -139,7 +154,7 @@ def side_report(side: Side, top: int) -> SideReport:
     return SideReport(
         steps=n,
         label=s.scope.label,
-        step_ns=_per(s.scope.window_ns, n),
+        step_ns=s.scope.step_ns,
         gpu_time_ns=_per(s.gpu_time_ns, n),
         gpu={dev: DeviceTime(*(_per(v, n) for v in (d.busy_ns, d.idle_ns, d.window_ns))) for dev, d in s.gpu.items()},
         bound=s.bound,

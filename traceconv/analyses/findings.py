@@ -9,19 +9,24 @@ the trace marks them, else on the whole profiled window.
 
 Host-blocking syncs are of two kinds (:func:`traceconv.analyses.transfers.staging`): the
 host waiting for a GPU result (``SYNC_STALLS``), and the host waiting for a copy from
-pageable memory to be staged (``PAGEABLE_COPIES``).
+pageable memory to be staged (``PAGEABLE_COPIES``). A finding about a cost (copies, syncs)
+needs that cost to reach ``min_cost_ms`` in its scope and ``min_cost_pct`` of a step (of
+the window without steps): a thousand copies of a few bytes are not a problem. Fixes are
+phrased for the program the trace comes from (:mod:`traceconv.analyses.fixes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from traceconv.analyses.fixes import Program, fix, idle_fix, tiny_fix
 from traceconv.analyses.results import CallTally, OpTally
 from traceconv.analyses.stats import ScopeStats
-from traceconv.errors import UsageError
+from traceconv.analyses.thresholds import DEFAULTS, Thresholds
+from traceconv.names import kernel_label, shorten
 from traceconv.units import mb, ms, us
 
 CODES = (
@@ -37,51 +42,6 @@ SEVERITIES = ("high", "medium", "low")
 HOST_DEVICE = ("HtoD", "DtoH")
 # The step still needs its input: pinning removes the staging and the wait, not the copy.
 MAX_SEVERITY = {"PAGEABLE_COPIES": "low"}
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When each finding is reported (``--threshold NAME=VALUE`` on the command line)."""
-
-    HOST_DEVICE_COPIES: float = 5.0  # % of GPU time spent in HtoD + DtoH copies
-    SYNC_STALLS: float = 1.0  # syncs per step that wait for a GPU result (no steps: those followed by more GPU work)
-    PAGEABLE_COPIES: float = 1.0  # HtoD copies per step from pageable memory that the host waits for (no steps: all)
-    GPU_IDLE: float = 30.0  # % of the time the GPUs sit idle
-    QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
-    LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
-    TINY_KERNELS: float = 50.0  # % of launched kernels that run shorter than their own launch call
-    gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound" instead of "cpu-bound"
-    min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
-
-    def with_overrides(self, overrides: Mapping[str, float]) -> Thresholds:
-        """A copy with ``overrides`` applied; names match fields case-insensitively."""
-        fields = {f.name.lower(): f.name for f in dataclasses.fields(self)}
-        changes = {}
-        for name, value in overrides.items():
-            field = fields.get(name.lower())
-            if field is None:
-                raise UsageError(None, f"unknown threshold {name!r}", f"choose from {', '.join(fields.values())}")
-            changes[field] = float(value)
-        return dataclasses.replace(self, **changes)
-
-    def as_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_options(cls, items: Sequence[str]) -> Thresholds:
-        """The defaults with ``NAME=VALUE`` overrides (``--threshold``) applied."""
-        overrides = {}
-        for item in items:
-            name, sep, value = item.partition("=")
-            try:
-                overrides[name.strip()] = float(value)
-            except ValueError:
-                sep = ""
-            if not sep:
-                raise UsageError(
-                    None, f"--threshold {item!r} is not NAME=NUMBER", "e.g. --threshold HOST_DEVICE_COPIES=5"
-                )
-        return cls().with_overrides(overrides)
 
 
 @dataclass(frozen=True)
@@ -105,13 +65,21 @@ OP_HINTS = {
 }
 
 
-DEFAULTS = Thresholds()
+PYTORCH = Program("pytorch", cuda_graphs=False)
 
 
-def evaluate(stats: ScopeStats, thresholds: Thresholds = DEFAULTS) -> list[Finding]:
+def evaluate(stats: ScopeStats, thresholds: Thresholds = DEFAULTS, program: Program = PYTORCH) -> list[Finding]:
     """The findings of one scope, most severe first."""
-    out = [f for check in _CHECKS if (f := check(stats, thresholds)) is not None]
+    out = [f for check in _CHECKS if (f := check(stats, thresholds, program)) is not None]
     return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), -_ratio(f)))
+
+
+def costly(stats: ScopeStats, cost_ns: float, t: Thresholds) -> bool:
+    """Whether a cost (copy time, blocked time) in the scope is worth a finding: at least
+    ``min_cost_ms`` in all, and at least ``min_cost_pct`` of a step."""
+    step = stats.scope.step_ns
+    per_step = cost_ns / max(stats.scope.steps, 1)
+    return cost_ns >= t.min_cost_ms * 1e6 and (not step or per_step * 100.0 >= t.min_cost_pct * step)
 
 
 def _severity(value: float, threshold: float, below: bool = False) -> str:
@@ -136,44 +104,44 @@ def _where(stats: ScopeStats) -> str:
     return f"in {s.steps} steps" if s.name == "steps" else "in the profiled window"
 
 
-def _causes(items: Sequence[OpTally], calls: Sequence[CallTally] = ()) -> str:
+def _causes(items: Sequence[OpTally], program: Program, calls: Sequence[CallTally] = ()) -> str:
+    """The operators behind a cost, and (for PyTorch) what in a user's code makes them."""
     parts = "; ".join(f"{o.label} x{o.count}" for o in items)
+    if program.framework != "pytorch":
+        return parts
     names = [o.name for o in items] + [c.name for c in calls]
     hints = dict.fromkeys(h for name in names if (h := OP_HINTS.get(name)))
     return parts + (f" ({'; '.join(hints)})" if hints else "")
 
 
-def host_device_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def host_device_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     parts = [stats.memcpy[k] for k in HOST_DEVICE if k in stats.memcpy]
     dur = sum(p.dur_ns for p in parts)
     if not stats.gpu_time_ns or not parts:
         return None
     value = dur * 100.0 / stats.gpu_time_ns
-    if value < t.HOST_DEVICE_COPIES:
+    if value < t.HOST_DEVICE_COPIES or not costly(stats, dur, t):
         return None
     count, size = sum(p.count for p in parts), sum(p.bytes for p in parts)
     pageable = sum(p.pageable_count for p in parts)
     ops = sorted((o for p in parts for o in p.ops), key=lambda o: -o.dur_ns)
-    top = f"; {ops[0].dur_ns * 100 / dur:.0f}% from {_causes(ops[:1])}" if ops and dur else ""
-    fix = (
-        "create such tensors on the GPU (torch.rand(..., device='cuda')) instead of copying them each step, "
-        "and keep results there (no per-step .cpu())"
-    )
+    top = f"; {ops[0].dur_ns * 100 / dur:.0f}% from {_causes(ops[:1], program)}" if ops and dur else ""
     msg = (
         f"{'+'.join(k for k in HOST_DEVICE if k in stats.memcpy)} copies take {value:.1f}% of GPU time "
-        f"{_where(stats)}: {ms(dur)}, {mb(size)} in {count} copies ({pageable} pageable){top}. Fix: {fix}"
+        f"{_where(stats)}: {ms(dur)}, {mb(size)} in {count} copies ({pageable} pageable){top}. "
+        f"Fix: {fix('HOST_DEVICE_COPIES', program)}"
     )
     return _make("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg)
 
 
-def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     sync, scope = stats.sync.result_waits, stats.scope
     per_step = scope.name == "steps"
     value = sync.count / scope.steps if per_step else float(sync.stalls)
-    if value < t.SYNC_STALLS or not sync.count:
+    if value < t.SYNC_STALLS or not sync.count or not costly(stats, sync.dur_ns, t):
         return None
     calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
-    causes = _causes(sync.ops[:4], sync.calls[:3])
+    causes = _causes(sync.ops[:4], program, sync.calls[:3])
     head = (
         f"{value:.1f} host syncs per step wait for a GPU result ({calls}, "
         f"{us(sync.dur_ns / scope.steps)} blocked per step)"
@@ -181,33 +149,29 @@ def sync_stalls(stats: ScopeStats, t: Thresholds) -> Finding | None:
         else f"{sync.stalls} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
         f"window ({calls}, {us(sync.dur_ns)} blocked)"
     )
-    msg = (
-        f"{head}, from {causes}. Each drains the GPU queue. Fix: keep values on the GPU "
-        "(no .item()/.cpu()/print in the step; log every N steps)"
-    )
+    msg = f"{head}, from {causes}. Each drains the GPU queue. Fix: {fix('SYNC_STALLS', program)}"
     return _make("SYNC_STALLS", value, t.SYNC_STALLS, msg)
 
 
-def pageable_copies(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     staged, scope = stats.sync.staging, stats.scope
     n = scope.steps
     value = staged.count / n
-    if value < t.PAGEABLE_COPIES or not staged.count:
+    blocked = staged.copy_call_ns + staged.dur_ns
+    if value < t.PAGEABLE_COPIES or not staged.count or not costly(stats, blocked, t):
         return None
     each = " per step" if scope.name == "steps" else ""
-    blocked = staged.copy_call_ns + staged.dur_ns
     causes = "; ".join(f"{o.label} x{o.count}" for o in staged.ops[:4])
     msg = (
         f"{value:.1f} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host, "
         f"staged through a pinned buffer: {us(blocked / n)}{each} ({us(staged.copy_call_ns / n)} in the "
         f"copy calls, {us(staged.dur_ns / n)} in the syncs after them, which drain the GPU queue); from "
-        f"{causes}. Fix: allocate the host tensor with pin_memory=True (DataLoader(pin_memory=True)) and copy "
-        "with non_blocking=True"
+        f"{causes}. Fix: {fix('PAGEABLE_COPIES', program)}"
     )
     return _make("PAGEABLE_COPIES", value, t.PAGEABLE_COPIES, msg)
 
 
-def gpu_idle(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     window = sum(d.window_ns for d in stats.gpu.values())
     if not window:
         return None
@@ -219,17 +183,19 @@ def gpu_idle(stats: ScopeStats, t: Thresholds) -> Finding | None:
     host = ops[ops["kind"] == "cpu_op"] if (ops["kind"] == "cpu_op").any() else ops[ops["name"] != stats.scope.label]
     cpu = host.sort_values("cpu_self_ns", ascending=False).head(3)
     top = ", ".join(f"{r.name} {ms(r.cpu_self_ns)} x{r.calls}" for r in cpu.itertuples()) or "not recorded"
-    in_api = stats.bound.idle_in_api_pct
-    api = f", host inside CUDA calls for {in_api:.0f}% of the idle time" if in_api is not None else ""
+    idle = stats.bound.idle_ns
+    shares = {name: getattr(idle, name) for name in IDLE_CAUSES}
+    cause = max(shares, key=lambda name: shares[name])
+    said = ", ".join(f"{IDLE_CAUSES[name]} {idle.pct(ns):.0f}%" for name, ns in shares.items() if ns)
     msg = (
-        f"GPU idle {value:.0f}% of the time {_where(stats)} (busy {ms(busy)} of {ms(window)}): CPU-bound"
-        f"{api}; top host time (self): {top}. Fix: move that work to the GPU or off the critical path "
-        "(DataLoader workers); cut launches (torch.compile, CUDA graphs)"
+        f"GPU idle {value:.0f}% of the time {_where(stats)} (busy {ms(busy)} of {ms(window)}), "
+        f"{stats.bound.verdict}: of the idle time, {said or 'nothing recorded'}; top host time (self): {top}. "
+        f"Fix: {idle_fix(cause, program)}"
     )
     return _make("GPU_IDLE", value, t.GPU_IDLE, msg)
 
 
-def queue_wait(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def queue_wait(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     f = stats.launch
     if f.queue_median_ns is None or f.kernels < t.min_kernels:
         return None
@@ -242,13 +208,13 @@ def queue_wait(stats: ScopeStats, t: Thresholds) -> Finding | None:
     )
     msg = (
         f"kernels wait a median {us(f.queue_median_ns)} between their launch call and their start "
-        f"({f.queued} queued): the host runs ahead and the GPU is the bottleneck{longest}. Fix: make the GPU work "
-        "cheaper (mixed precision, fused kernels via torch.compile); for latency, this wait adds to every result"
+        f"({f.queued} queued): the host runs ahead and the GPU is the bottleneck{longest}. "
+        f"Fix: {fix('QUEUE_WAIT', program)}"
     )
     return _make("QUEUE_WAIT", value, t.QUEUE_WAIT, msg)
 
 
-def low_occupancy(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def low_occupancy(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     f = stats.launch
     if f.occupancy_pct is None or f.occupancy_kernels < t.min_kernels:
         return None
@@ -259,13 +225,12 @@ def low_occupancy(stats: ScopeStats, t: Thresholds) -> Finding | None:
     names = ", ".join(f"{_short(r)} {r['occupancy_pct']:.0f}% ({ms(r['dur_ns'])})" for _, r in low.iterrows())
     msg = (
         f"kernels run at {value:.0f}% estimated achieved occupancy (time-weighted over {f.occupancy_kernels} "
-        f"kernels); the longest below {t.LOW_OCCUPANCY:.0f}%: {names}. Fix: small grids or heavy register/shared "
-        "memory use leave SMs idle: larger batches, fused kernels, or tuned launch bounds fill the GPU"
+        f"kernels); the longest below {t.LOW_OCCUPANCY:.0f}%: {names}. Fix: {fix('LOW_OCCUPANCY', program)}"
     )
     return _make("LOW_OCCUPANCY", value, t.LOW_OCCUPANCY, msg, below=True)
 
 
-def tiny_kernels(stats: ScopeStats, t: Thresholds) -> Finding | None:
+def tiny_kernels(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
     f = stats.launch
     if f.launched < t.min_kernels:
         return None
@@ -276,22 +241,26 @@ def tiny_kernels(stats: ScopeStats, t: Thresholds) -> Finding | None:
     msg = (
         f"{value:.0f}% of kernels ({f.shorter_than_launch} of {f.launched}) run shorter than their own "
         f"launch call (median {us(f.tiny_median_ns or 0)} vs {us(f.launch_median_ns or 0)} to launch): "
-        f"launch overhead dominates; most frequent: {names}. Fix: fuse them (torch.compile) or replay the step as a "
-        "CUDA graph"
+        f"launch overhead dominates; most frequent: {names}. Fix: {tiny_fix(program)}"
     )
     return _make("TINY_KERNELS", value, t.TINY_KERNELS, msg)
 
 
 def _short(row: Any) -> str:
-    short = row["short_name"] if "short_name" in row and isinstance(row["short_name"], str) else None
-    return _trim(short or str(row["name"]))
+    return _trim(kernel_label(str(row["name"])))
 
 
 def _trim(name: str, width: int = 48) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return shorten(kernel_label(name), width)
 
 
-_CHECKS: tuple[Callable[[ScopeStats, Thresholds], Finding | None], ...] = (
+IDLE_CAUSES = {
+    "host_other": "host elsewhere",
+    "host_launch": "host launching",
+    "host_sync": "host blocked in syncs",
+    "queued": "work queued on the GPU",
+}
+_CHECKS: tuple[Callable[[ScopeStats, Thresholds, Program], Finding | None], ...] = (
     host_device_copies,
     sync_stalls,
     pageable_copies,

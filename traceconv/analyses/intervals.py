@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from traceconv.readers.enclosing import Innermost, Points
+from traceconv.readers.enclosing import Innermost, Points, spans
 
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -100,3 +100,32 @@ def ancestors(parent: I64, first: I64) -> list[tuple[I64, I64]]:
         keep = up >= 0
         rows, node = rows[keep], up[keep]
     return levels
+
+
+def intersect(a: tuple[I64, I64], b: tuple[I64, I64]) -> tuple[I64, I64]:
+    """The intersection of two unions (sorted, disjoint segments, as :func:`union` makes them)."""
+    (a_start, a_end), (b_start, b_end) = a, b
+    if not len(a_start) or not len(b_start):
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    lo = np.searchsorted(b_end, a_start, side="right")  # the first b segment ending after a's start
+    hi = np.searchsorted(b_start, a_end, side="left")  # past the last b segment starting before a's end
+    owner, pos = spans(lo, np.maximum(hi, lo))
+    start = np.maximum(a_start[owner], b_start[pos])
+    end = np.minimum(a_end[owner], b_end[pos])
+    keep = end > start
+    return start[keep], end[keep]
+
+
+def subtract(a: tuple[I64, I64], b: tuple[I64, I64]) -> tuple[I64, I64]:
+    """The time of union ``a`` outside union ``b``."""
+    a_start, a_end = a
+    if not len(a_start) or not len(b[0]):
+        return a
+    gaps_start = np.concatenate([[min(a_start[0], b[0][0])], b[1]])
+    gaps_end = np.concatenate([b[0], [max(a_end[-1], b[1][-1])]])
+    keep = gaps_end > gaps_start
+    return intersect(a, (gaps_start[keep], gaps_end[keep]))
+
+
+def total(segments: tuple[I64, I64]) -> int:
+    return int((segments[1] - segments[0]).sum())

@@ -44,6 +44,7 @@ PER_LAUNCH = (
     "kind",
     "correlation_id",
     "trace_id",
+    "op_name",
 )
 # The durations summarised per group: output prefix -> per_launch() column.
 MEASURES = {"exec": "kernel_dur_ns", "queue": "queue_dur_ns", "api": "api_dur_ns", "wall": "total_dur_ns"}
@@ -51,6 +52,7 @@ MEASURES = {"exec": "kernel_dur_ns", "queue": "queue_dur_ns", "api": "api_dur_ns
 GROUPINGS: dict[str, tuple[str, ...]] = {
     "name": ("name",),
     "launch": ("launch_name",),
+    "op": ("op_name",),  # the operator (PyTorch) or NVTX range (Nsight Systems) the kernel came from
     # cuda_kern_exec_sum's grouping: launching process and thread, device, API, kernel.
     "exec": ("pid", "tid", "device", "launch_name", "name"),
 }
@@ -75,6 +77,7 @@ _GPU_COLUMNS = (
     "launch_tid",
     "queue_ns",
     "wall_ns",
+    "op_name",
 )
 _API_COLUMNS = ("trace_id", "event_id", "pid")
 # What per_launch() and summary() read: load(path, columns=INPUT_COLUMNS, kinds=input_kinds(...)).
@@ -115,6 +118,7 @@ def per_launch(data: Data, kinds: Sequence[str] = DEFAULT_KINDS) -> pd.DataFrame
             "kind": gpu["kind"],
             "correlation_id": gpu["correlation_id"],
             "trace_id": gpu["trace_id"],
+            "op_name": gpu["op_name"],
         }
     )
     order = out["api_start_ns"].fillna(out["kernel_start_ns"])

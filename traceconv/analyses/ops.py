@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 OP_COLUMNS = ("name", "calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
-NVTX_COLUMNS = ("name", "count", "dur_ns", "gpu_ns")
+NVTX_COLUMNS = ("name", "count", "dur_ns", "gpu_ns", "gpu_process_ns")
 KERNEL_COLUMNS = ("name", "count", "dur_ns", "avg_ns", "queue_ns", "queue_avg_ns", "time_pct", "occupancy_pct")
 _SHAPE_SAMPLE = 200  # calls whose args are read for the input shapes of one operator
 
@@ -52,12 +52,18 @@ def op_table(ranges: pd.DataFrame) -> pd.DataFrame:
 
 
 def nvtx_table(ranges: pd.DataFrame) -> pd.DataFrame:
-    """Host annotations and NVTX ranges: calls, time, and GPU time of the work launched inside them."""
+    """Host annotations and NVTX ranges: calls, time, and GPU time of the work launched inside them
+    (``gpu_ns``: on the range's thread, NVIDIA's projection; ``gpu_process_ns``: by any thread of the process)."""
     spans = ranges[(ranges["kind"] == "nvtx") & ~ranges["merged"]]
     g = spans.groupby("label", observed=True, sort=False)
     out = (
         pd.DataFrame(
-            {"count": g.size(), "dur_ns": g["dur_ns"].sum().astype("int64"), "gpu_ns": g["gpu_total_ns"].sum()}
+            {
+                "count": g.size(),
+                "dur_ns": g["dur_ns"].sum().astype("int64"),
+                "gpu_ns": g["gpu_total_ns"].sum(),
+                "gpu_process_ns": g["gpu_process_ns"].sum(),
+            }
         )
         .rename_axis("name")
         .reset_index()

@@ -20,9 +20,10 @@ import pyarrow.compute as pc
 from traceconv import schema as S
 from traceconv.analyses import intervals as I
 from traceconv.analyses.common import frame
+from traceconv.analyses.fixes import Program
+from traceconv.analyses.steps import STEP_PATTERN, Steps, find_steps, step_label, step_regex
 
 # Ranges marking one training/inference step; the first match on a thread wins over nested ones.
-STEP_PATTERN = r"^(ProfilerStep#|(train[_ ]?)?step[ _#:-]?|iter(ation)?[ _#:-]?)\d+$"
 RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
 OP_KINDS = ("cpu_op", "nvtx")
 _EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
@@ -70,19 +71,6 @@ INPUT_COLUMNS = tuple(dict.fromkeys(("source", *_GPU_COLS, *_RANGE_COLS, *_SYNC_
 
 
 @dataclass(frozen=True)
-class Steps:
-    """The step ranges of one thread, in time order; ``label`` is their name with the number as ``*``."""
-
-    label: str
-    start_ns: I.I64
-    end_ns: I.I64
-
-    @property
-    def count(self) -> int:
-        return len(self.start_ns)
-
-
-@dataclass(frozen=True)
 class Frames:
     source: str
     window: tuple[int, int]
@@ -92,11 +80,12 @@ class Frames:
     memory: pd.DataFrame
     steps: Steps | None
     table: pa.Table  # for the rarely read args (input shapes)
+    program: Program
 
 
 def prepare(table: pa.Table, step_pattern: str = STEP_PATTERN) -> Frames:
     """Narrow ``table`` (unified schema, e.g. from ``load``) to the frames the summary reads."""
-    step_re = re.compile(step_pattern, re.IGNORECASE)
+    step_re = step_regex(step_pattern)
     ranges = _ranges(table, step_re)
     gpu = frame(table, _GPU_COLS, S.GPU_KINDS)
     gpu["anchor_ns"] = gpu["launch_start_ns"].fillna(gpu["start_ns"])
@@ -105,16 +94,30 @@ def prepare(table: pa.Table, step_pattern: str = STEP_PATTERN) -> Frames:
     for df in (gpu, ranges, sync):  # a step as the operator of a launch or sync: one name for all steps
         df["op_name"] = _names(df["op_name"], step_re)
     memory = frame(table, _MEM_COLS, ["memory"])
+    source = _source(table)
     return Frames(
-        source=_source(table),
+        source=source,
         window=_window(gpu, ranges, sync),
         gpu=gpu,
         ranges=ranges,
         sync=sync,
         memory=memory,
-        steps=_steps(ranges, step_re),
+        steps=find_steps(ranges),
         table=table,
+        program=program_of(source, ranges, gpu),
     )
+
+
+_PYTORCH = re.compile(r"^(aten::|ProfilerStep#|autograd::|torch\.)|at::native::|at::cuda::|\bc10::")
+_GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)Graph(Launch|Replay)")
+
+
+def program_of(source: str, ranges: pd.DataFrame, gpu: pd.DataFrame) -> Program:
+    """PyTorch or another CUDA program, and whether it already replays CUDA graphs."""
+    names = pd.concat([ranges["name"].astype(object), gpu["name"].astype(object)]).dropna().unique()
+    torch = "pytorch" in source or any(_PYTORCH.search(str(n)) for n in names)
+    api = ranges.loc[ranges["kind"] == "cuda_api", "name"].astype(object).dropna().unique()
+    return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api))
 
 
 def _source(table: pa.Table) -> str:
@@ -160,6 +163,7 @@ def _attribute(ranges: pd.DataFrame, gpu: pd.DataFrame) -> None:
     n, dur = len(ranges), gpu["dur_ns"].fillna(0).to_numpy(np.float64)
     parent = ranges["parent"].to_numpy(np.int64)
     ranges["gpu_self_ns"] = _sum_at(op_node, dur, n)
+    ranges["gpu_process_ns"] = _process_gpu(ranges, gpu, launch_node, dur)
     total = np.zeros(n)
     for rows, node in I.ancestors(parent, first):
         total += np.bincount(node, weights=dur[rows], minlength=n)
@@ -171,6 +175,33 @@ def _attribute(ranges: pd.DataFrame, gpu: pd.DataFrame) -> None:
     region = _regions(ranges, parent)
     ranges["region"] = region
     gpu["region"] = pd.Series(_pick(region.to_numpy(object), first), index=gpu.index, dtype="object")
+
+
+def _process_gpu(ranges: pd.DataFrame, gpu: pd.DataFrame, launch_node: I.I64, dur: Any) -> I.I64:
+    """Per NVTX range or annotation: the GPU time of the work launched while it was open by any
+    thread of its process (its launching call starts inside the range); other ranges get 0.
+
+    NVIDIA's NVTX projection (``gpu_total_ns``) counts the range's own thread only; a backward
+    pass launched from autograd threads inside a ``record_function("backward")`` is counted here.
+    """
+    out = np.zeros(len(ranges), dtype=np.int64)
+    launched = np.flatnonzero(launch_node >= 0)
+    is_range = (ranges["kind"] == "nvtx").to_numpy()
+    if not len(launched) or not is_range.any():
+        return out
+    node = launch_node[launched]
+    trace = _codes(ranges["trace_id"])
+    pid = ranges["pid"].fillna(-1).to_numpy(np.int64)
+    at = gpu["launch_start_ns"].to_numpy(np.int64, na_value=0)[launched]
+    weight = np.asarray(dur)[launched]
+    for (t, p), rows in pd.Series(np.arange(len(node))).groupby([trace[node], pid[node]]):
+        order = rows.to_numpy()[np.argsort(at[rows.to_numpy()], kind="stable")]
+        times, cum = at[order], np.concatenate([[0.0], np.cumsum(weight[order])])
+        mine = np.flatnonzero(is_range & (trace == t) & (pid == p))
+        lo = np.searchsorted(times, i64(ranges["start_ns"].iloc[mine]), side="left")
+        hi = np.searchsorted(times, i64(ranges["end_ns"].iloc[mine]), side="right")
+        out[mine] = np.rint(cum[hi] - cum[lo]).astype(np.int64)
+    return out
 
 
 def _merge_repeats(ranges: pd.DataFrame, parent: I.I64) -> None:
@@ -216,39 +247,16 @@ def _regions(ranges: pd.DataFrame, parent: I.I64) -> pd.Series:
     return out
 
 
-def _step_label(name: str) -> str:
-    return re.sub(r"\d+$", "*", name)
-
-
 def _names(names: pd.Series, step_re: re.Pattern[str]) -> pd.Series:
     """Range names as grouped: steps as one name, and ``torch.autograd.profiler.emit_nvtx``'s
     per-call suffixes (``aten::mm, seq = 12, op_id = 34, sizes = [...]``) dropped."""
     names = _relabel(names, _matches(names, _EMIT_NVTX), lambda s: _EMIT_NVTX.sub("", s))
-    return _relabel(names, _matches(names, step_re), _step_label)
-
-
-def _steps(ranges: pd.DataFrame, step_re: re.Pattern[str]) -> Steps | None:
-    steps = ranges[ranges["is_step"]]
-    if steps.empty:
-        return None
-    thread = steps.groupby(["pid", "tid"], dropna=False, observed=True).size().idxmax()
-    on = steps[(steps["pid"].fillna(-1) == _fill(thread[0])) & (steps["tid"].fillna(-1) == _fill(thread[1]))]
-    on = on.sort_values("start_ns", kind="stable")
-    start, end = i64(on["start_ns"]), i64(on["end_ns"])
-    reach = np.maximum.accumulate(end)
-    outer = np.r_[True, start[1:] >= reach[:-1]]  # a step inside another step is not a step of its own
-    labels = on["label"].astype(str).to_numpy()[outer]
-    label = pd.Series(labels).mode().iloc[0]
-    return Steps(label=str(label), start_ns=start[outer], end_ns=end[outer])
+    return _relabel(names, _matches(names, step_re), step_label)
 
 
 # -- small helpers ------------------------------------------------------------------------------
 def i64(s: pd.Series) -> I.I64:
     return np.asarray(s.to_numpy(dtype=np.int64, na_value=0), dtype=np.int64)
-
-
-def _fill(v: Any) -> int:
-    return -1 if pd.isna(v) else int(v)
 
 
 def _pick(values: Any, index: I.I64) -> Any:

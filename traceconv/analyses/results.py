@@ -21,12 +21,31 @@ class DeviceTime:
 
 
 @dataclasses.dataclass(frozen=True)
+class IdleBreakdown:
+    """The GPUs' idle time by what happened meanwhile (:mod:`traceconv.analyses.idle`), summed over devices."""
+
+    queued: int  # ns: launched work waited to start (a GPU-side wait)
+    host_sync: int  # ns: the host was blocked in a sync or a synchronous copy
+    host_launch: int  # ns: the host was inside another CUDA call
+    host_other: int  # ns: the host was elsewhere
+
+    @property
+    def total(self) -> int:
+        return self.queued + self.host_sync + self.host_launch + self.host_other
+
+    def pct(self, part: int) -> float:
+        return round(part * 100.0 / self.total, 1) if self.total else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Bound:
-    """CPU- or GPU-bound, the GPUs' busy share, and the share of their idle time the host spent in CUDA calls."""
+    """The verdict, the GPUs' busy share, the share of their idle time the host spent in CUDA calls,
+    and the idle time by cause."""
 
     verdict: str
     gpu_busy_pct: float
     idle_in_api_pct: float | None
+    idle_ns: IdleBreakdown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,12 +169,14 @@ class OpRow:
 
 @dataclasses.dataclass(frozen=True)
 class RangeRow:
-    """An annotation or NVTX range name: count, time, and GPU time of the work launched inside."""
+    """An annotation or NVTX range name: count, time, and GPU time of the work launched inside it,
+    on its own thread (NVIDIA's NVTX projection) and by any thread of its process."""
 
     name: str
     count: int
     dur_ns: int
     gpu_ns: int
+    gpu_process_ns: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +203,7 @@ class StepFigures:
 
     count: int
     label: str | None
+    median_ns: int  # the step time
     avg_ns: int
     min_ns: int
     max_ns: int

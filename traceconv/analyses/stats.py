@@ -16,8 +16,10 @@ import pandas as pd
 from traceconv.analyses import intervals as I
 from traceconv.analyses import ops as O
 from traceconv.analyses import transfers as T
+from traceconv.analyses.idle import breakdown, verdict
 from traceconv.analyses.prepare import Frames, i64
 from traceconv.analyses.results import Bound, Copies, DeviceTime, LaunchFacts, Syncs
+from traceconv.analyses.thresholds import Thresholds
 
 Segments = tuple[I.I64, I.I64]
 
@@ -33,6 +35,13 @@ class Scope:
     @property
     def window_ns(self) -> int:
         return I.length(self.start_ns, self.end_ns)
+
+    @property
+    def step_ns(self) -> int:
+        """The time of one step: the median step (the whole window without steps)."""
+        if self.name != "steps":
+            return self.window_ns
+        return round(float(np.median(self.end_ns - self.start_ns)))
 
 
 def window_scope(frames: Frames) -> Scope:
@@ -61,27 +70,33 @@ class ScopeStats:
     launch: LaunchFacts
 
 
-def measure(frames: Frames, scope: Scope, gpu_bound_pct: float) -> ScopeStats:
+def measure(frames: Frames, scope: Scope, thresholds: Thresholds) -> ScopeStats:
     windows = I.union(scope.start_ns, scope.end_ns)
     gpu = frames.gpu[I.inside(i64(frames.gpu["anchor_ns"]), *windows)]
     ranges = frames.ranges[I.inside(i64(frames.ranges["start_ns"]), *windows)]
     busy = device_time(frames.gpu, windows)
     # classified on the whole trace (a sync's previous call may lie outside the scope), then cut to it
-    calls = T.sync_calls(frames.ranges, frames.sync, frames.gpu)
-    calls = calls[I.inside(i64(calls["start_ns"]), *windows)]
+    every_sync = T.sync_calls(frames.ranges, frames.sync, frames.gpu)
+    calls = every_sync[I.inside(i64(every_sync["start_ns"]), *windows)]
     last_launch = frames.gpu["anchor_ns"].max() if len(frames.gpu) else None
+    launch = launch_facts(gpu)
     return ScopeStats(
         scope=scope,
         gpu=busy,
-        bound=bound(frames, windows, busy, gpu_bound_pct),
+        bound=bound(frames, windows, busy, every_sync, _queue_wait(launch, thresholds), thresholds.gpu_bound_pct),
         gpu_time_ns=int(gpu["dur_ns"].fillna(0).sum()),
         ops=O.op_table(ranges),
         nvtx=O.nvtx_table(ranges),
         kernels=O.kernel_table(gpu),
         memcpy=T.copies(gpu),
         sync=T.syncs(calls, None if pd.isna(last_launch) else int(last_launch)),
-        launch=launch_facts(gpu),
+        launch=launch,
     )
+
+
+def _queue_wait(f: LaunchFacts, t: Thresholds) -> bool:
+    """Kernels wait as long in the queue as the QUEUE_WAIT finding reports: the host runs ahead."""
+    return f.queue_median_ns is not None and f.kernels >= t.min_kernels and f.queue_median_ns / 1e3 >= t.QUEUE_WAIT
 
 
 def device_time(gpu: pd.DataFrame, windows: Segments) -> dict[str, DeviceTime]:
@@ -95,29 +110,29 @@ def device_time(gpu: pd.DataFrame, windows: Segments) -> dict[str, DeviceTime]:
     return out
 
 
-def bound(frames: Frames, windows: Segments, busy: dict[str, DeviceTime], gpu_bound_pct: float) -> Bound:
-    """CPU- or GPU-bound: the GPUs' busy share, and how much of their idle time the host spent in CUDA calls.
-
-    GPU-bound when the GPUs are busy ``gpu_bound_pct`` of the time or more; otherwise the
-    host does not feed them fast enough (CPU-bound). ``idle_in_api_pct`` tells launch
-    overhead (host inside CUDA calls while the GPU waits) from other host work.
-    """
+def bound(
+    frames: Frames,
+    windows: Segments,
+    busy: dict[str, DeviceTime],
+    syncs: pd.DataFrame,
+    queue_wait: bool,
+    gpu_bound_pct: float,
+) -> Bound:
+    """The verdict (:mod:`traceconv.analyses.idle`), the GPUs' busy share, and their idle time by
+    cause; ``idle_in_api_pct``: the share of the idle time the host spent inside CUDA calls."""
     window = sum(d.window_ns for d in busy.values())
-    if not window:
-        return Bound(verdict="no GPU activity", gpu_busy_pct=0.0, idle_in_api_pct=None)
-    busy_ns = sum(d.busy_ns for d in busy.values())
     api = frames.ranges[frames.ranges["kind"] == "cuda_api"]
-    api_segs = I.union(i64(api["start_ns"]), i64(api["end_ns"]))
-    idle_api = 0
-    for _, part in frames.gpu.groupby(frames.gpu["device"].astype("Int64").astype(object).fillna("unknown")):
-        dev_segs = I.union(i64(part["start_ns"]), i64(part["end_ns"]))
-        idle_api += I.overlap(windows, api_segs) - I.overlap3(windows, api_segs, dev_segs)
-    idle = window - busy_ns
+    idle = breakdown(frames.gpu, api, syncs, windows)
+    if not window:
+        return Bound(verdict="no GPU activity", gpu_busy_pct=0.0, idle_in_api_pct=None, idle_ns=idle)
+    busy_ns = sum(d.busy_ns for d in busy.values())
     pct = busy_ns * 100.0 / window
+    in_api = idle.host_sync + idle.host_launch
     return Bound(
-        verdict="gpu-bound" if pct >= gpu_bound_pct else "cpu-bound",
+        verdict=verdict(pct, idle, queue_wait, gpu_bound_pct),
         gpu_busy_pct=round(pct, 1),
-        idle_in_api_pct=round(idle_api * 100.0 / idle, 1) if idle > 0 else None,
+        idle_in_api_pct=idle.pct(in_api) if idle.total > 0 else None,
+        idle_ns=idle,
     )
 
 

@@ -8,6 +8,7 @@ set-up outside them would only blur them). :func:`report` is what the command sh
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,8 @@ import pyarrow as pa
 
 from traceconv.analyses import ops as O
 from traceconv.analyses import transfers as T
-from traceconv.analyses.findings import DEFAULTS, Finding, Thresholds, evaluate
-from traceconv.analyses.prepare import STEP_PATTERN, Frames, prepare
+from traceconv.analyses.findings import Finding, evaluate
+from traceconv.analyses.prepare import Frames, prepare
 from traceconv.analyses.results import (
     Copies,
     DeviceTime,
@@ -32,6 +33,9 @@ from traceconv.analyses.results import (
     plain,
 )
 from traceconv.analyses.stats import ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.steps import STEP_PATTERN
+from traceconv.analyses.thresholds import DEFAULTS, Thresholds
+from traceconv.errors import UsageError
 
 DEFAULT_TOP = 10
 
@@ -45,6 +49,8 @@ class Summary:
     memory: dict[str, MemoryPeak]
     shapes: dict[str, dict[str, Any]]  # operator name -> input_dims, shapes
     thresholds: Thresholds
+    notes: list[str]  # what the reader of the figures should know (warm-up left out, ...)
+    sort: str = "gpu_self_ns"  # the operator tables' order: a column
 
     @property
     def focus(self) -> ScopeStats:
@@ -52,29 +58,80 @@ class Summary:
         return self.steps if self.steps is not None else self.window
 
 
+# ``--sort``: an operator table column, by its name here or by key_averages()'s sort_by name.
+SORTS = {
+    "gpu_self": "gpu_self_ns",
+    "gpu_total": "gpu_total_ns",
+    "cpu_total": "cpu_total_ns",
+    "cpu_self": "cpu_self_ns",
+    "calls": "calls",
+    "self_cuda_time_total": "gpu_self_ns",
+    "self_device_time_total": "gpu_self_ns",
+    "cuda_time_total": "gpu_total_ns",
+    "device_time_total": "gpu_total_ns",
+    "cpu_time_total": "cpu_total_ns",
+    "self_cpu_time_total": "cpu_self_ns",
+    "count": "calls",
+}
+
+
 def summarize(
-    table: pa.Table, thresholds: Thresholds = DEFAULTS, top: int = DEFAULT_TOP, step_pattern: str = STEP_PATTERN
+    table: pa.Table,
+    thresholds: Thresholds = DEFAULTS,
+    top: int = DEFAULT_TOP,
+    step_pattern: str = STEP_PATTERN,
+    sort: str = "gpu_self",
 ) -> Summary:
-    """Summarise a unified table (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``)."""
+    """Summarise a unified table (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``); operators
+    in ``sort`` order (a key of :data:`SORTS`)."""
     frames = prepare(table, step_pattern)
-    return summarize_frames(frames, thresholds, top)
+    return summarize_frames(frames, thresholds, top, step_pattern, sort)
 
 
-def summarize_frames(frames: Frames, thresholds: Thresholds = DEFAULTS, top: int = DEFAULT_TOP) -> Summary:
-    window = measure(frames, window_scope(frames), thresholds.gpu_bound_pct)
+def summarize_frames(
+    frames: Frames,
+    thresholds: Thresholds = DEFAULTS,
+    top: int = DEFAULT_TOP,
+    step_pattern: str = STEP_PATTERN,
+    sort: str = "gpu_self",
+) -> Summary:
+    if sort not in SORTS:
+        raise UsageError(None, f"--sort {sort!r} is not an operator column", f"choose from {', '.join(SORTS)}")
+    window = _sorted_ops(measure(frames, window_scope(frames), thresholds), SORTS[sort])
     scope = step_scope(frames)
-    steps = measure(frames, scope, thresholds.gpu_bound_pct) if scope is not None else None
+    steps = _sorted_ops(measure(frames, scope, thresholds), SORTS[sort]) if scope is not None else None
     focus = steps if steps is not None else window
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
     return Summary(
         source=frames.source,
         window=window,
         steps=steps,
-        findings=evaluate(focus, thresholds),
+        findings=evaluate(focus, thresholds, frames.program),
         memory=T.memory_peaks(frames.memory),
         shapes=O.input_dims(frames.table, frames.ranges, names),
         thresholds=thresholds,
+        notes=frame_notes(frames, step_pattern),
+        sort=SORTS[sort],
     )
+
+
+def _sorted_ops(stats: ScopeStats, column: str) -> ScopeStats:
+    ops = stats.ops.sort_values([column, "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    return dataclasses.replace(stats, ops=ops)
+
+
+def frame_notes(frames: Frames, step_pattern: str) -> list[str]:
+    """What a reader of one trace's figures should know about its steps and rows."""
+    notes = frames.steps.notes() if frames.steps is not None else []
+    if frames.steps is None and step_pattern != STEP_PATTERN:
+        notes.append(f"no range matches --steps {step_pattern!r}: measured on the whole profiled window")
+    unlaunched = int((frames.gpu["launch_event_id"].isna()).sum())
+    if unlaunched:
+        notes.append(
+            f"{unlaunched:,} GPU rows have no launching call in the trace (work launched before the capture, "
+            "UVM migrations ...): counted by their own start, with no queue time"
+        )
+    return notes
 
 
 @dataclass(frozen=True)
@@ -96,6 +153,8 @@ class SummaryReport:
     findings: list[Finding]
     findings_scope: str
     thresholds: Thresholds
+    notes: list[str]
+    sort: str
 
 
 def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
@@ -106,7 +165,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         window_ns=w.scope.window_ns,
         steps=step_figures(s.steps),
         gpu=w.gpu,
-        bound=ScopedBound(**plain(s.focus.bound), scope=s.focus.scope.name),
+        bound=ScopedBound(**vars(s.focus.bound), scope=s.focus.scope.name),
         top_ops=op_rows(w.ops, top, s.shapes),
         top_cpu_ops=op_rows(top_cpu(w.ops), top, s.shapes),
         nvtx=[RangeRow(**r) for r in records(w.nvtx, O.NVTX_COLUMNS, top)],
@@ -117,6 +176,8 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         findings=s.findings,
         findings_scope=s.focus.scope.name,
         thresholds=s.thresholds,
+        notes=s.notes,
+        sort=s.sort,
     )
 
 
@@ -133,6 +194,7 @@ def step_figures(st: ScopeStats | None) -> StepFigures | None:
     return StepFigures(
         count=st.scope.steps,
         label=st.scope.label,
+        median_ns=st.scope.step_ns,
         avg_ns=round(float(dur.mean())),
         min_ns=int(dur.min()),
         max_ns=int(dur.max()),

@@ -19,10 +19,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option(
     "--by",
-    type=click.Choice(["name", "launch"]),
+    type=click.Choice(["name", "launch", "op"]),
     default="name",
     show_default=True,
-    help="Group by kernel name, or by the API call that launched it.",
+    help="Group by kernel name, by the API call that launched it, or by the operator (NVTX range) it came from.",
 )
 @click.option(
     "--top",
@@ -66,7 +66,9 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
     from traceconv.render.kernels import kernels_text
 
     kinds = kinds or K.DEFAULT_KINDS
-    table = load(trace, columns=K.INPUT_COLUMNS, kinds=K.input_kinds(kinds))
+    notes: list[str] = []
+    table = load(trace, columns=K.INPUT_COLUMNS, kinds=K.input_kinds(kinds), notes=notes)
+    _tell(notes)
     limit = top if top is not None else (20 if fmt == "table" else 0)
     result = K.report(table, kinds, None if per_launch else by, limit)
     text, remark = kernels_text(result, fmt, trace, shutil.get_terminal_size((200, 24)).columns)
@@ -116,8 +118,16 @@ def _table_width() -> int:
 @main.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @_analysis_options
+@click.option(
+    "--sort",
+    default="gpu_self",
+    show_default=True,
+    metavar="COLUMN",
+    help="Operator order: gpu_self, gpu_total, cpu_self, cpu_total, calls, or key_averages()'s names "
+    "(self_cuda_time_total, cuda_time_total, self_cpu_time_total, cpu_time_total, count).",
+)
 @handle_errors
-def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None) -> None:
+def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None, sort: str) -> None:
     """Where the time goes and what is wasteful: operators, kernels, copies, syncs, findings.
 
     TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
@@ -134,12 +144,15 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     from traceconv.analyses import prepare as P
     from traceconv.analyses import summary as SM
     from traceconv.analyses.common import load
-    from traceconv.analyses.findings import Thresholds
+    from traceconv.analyses.steps import STEP_PATTERN
+    from traceconv.analyses.thresholds import Thresholds
     from traceconv.render.summary import summary_text
 
     limits = Thresholds.from_options(thresholds)
-    table = load(trace, columns=P.INPUT_COLUMNS)
-    result = SM.summarize(table, limits, top, step_pattern or P.STEP_PATTERN)
+    notes: list[str] = []
+    table = load(trace, columns=P.INPUT_COLUMNS, notes=notes)
+    _tell(notes)
+    result = SM.summarize(table, limits, top, step_pattern or STEP_PATTERN, sort)
     click.echo(summary_text(SM.report(result, top), fmt, trace.name, _table_width()), nl=False)
 
 
@@ -164,10 +177,19 @@ def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, .
     from traceconv.analyses import diff as D
     from traceconv.analyses import prepare as P
     from traceconv.analyses.common import load
-    from traceconv.analyses.findings import Thresholds
+    from traceconv.analyses.steps import STEP_PATTERN
+    from traceconv.analyses.thresholds import Thresholds
     from traceconv.render.diff import diff_text
 
     limits = Thresholds.from_options(thresholds)
-    tables = [load(path, columns=P.INPUT_COLUMNS) for path in (before, after)]
-    result = D.diff(tables[0], tables[1], limits, step_pattern or P.STEP_PATTERN)
+    notes: list[str] = []
+    tables = [load(path, columns=P.INPUT_COLUMNS, notes=notes) for path in (before, after)]
+    _tell(notes)
+    result = D.diff(tables[0], tables[1], limits, step_pattern or STEP_PATTERN)
     click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, _table_width()), nl=False)
+
+
+def _tell(notes: list[str]) -> None:
+    """What the input's loading found worth saying (trace files left unread ...), on stderr."""
+    for text in notes:
+        note(text)

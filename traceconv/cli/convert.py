@@ -71,6 +71,14 @@ def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
         sys.exit(PartialResultError.exit_code)
 
 
+_FORCE = click.option(
+    "--force",
+    is_flag=True,
+    help="Write even where the output does not end in .parquet, or replaces a file traceconv did not write "
+    "(an input is never replaced).",
+)
+
+
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
@@ -92,8 +100,9 @@ def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
     "busy (default: one per core but one, up to 4; 0: parse in this process only). Several small "
     "traces are converted N+1 at a time (default: one per core).",
 )
+@_FORCE
 @handle_errors
-def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers: int | None) -> None:
+def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers: int | None, force: bool) -> None:
     """Convert PyTorch profiler traces (.json, .json.gz, or a directory of them) to Parquet.
 
     Nsight Systems files are recognised by their content and converted too. A directory
@@ -111,7 +120,7 @@ def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers
     options: dict[str, Any] = {"salvage": True} if salvage else {}
     if workers is not None:
         options["workers"] = workers
-    _run_jobs(plan_jobs(traces, output), None, **options)
+    _run_jobs(plan_jobs(traces, output, force=force), None, **options)
 
 
 @main.command()
@@ -128,8 +137,11 @@ def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers
     is_flag=True,
     help="Copy the profiled command line and environment into the metadata (credentials redacted).",
 )
+@_FORCE
 @handle_errors
-def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None, include_environment: bool) -> None:
+def nsys(
+    reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None, include_environment: bool, force: bool
+) -> None:
     """Convert Nsight Systems reports (.nsys-rep, .qdrep) or SQLite exports to Parquet.
 
     Reports are exported to SQLite with `nsys export` into a .traceconv-cache/ folder beside
@@ -146,7 +158,7 @@ def nsys(reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None,
     """
     from traceconv.readers import sniff
 
-    jobs = plan_jobs(reports, output, patterns=("*.sqlite", "*.nsys-rep", "*.qdrep"))
+    jobs = plan_jobs(reports, output, patterns=("*.sqlite", "*.nsys-rep", "*.qdrep"), force=force)
     formats = [sniff(job.source) for job in jobs]
     for job, fmt in zip(jobs, formats, strict=True):
         if fmt not in ("nsys", "nsys-report"):

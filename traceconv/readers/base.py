@@ -54,6 +54,14 @@ _NOT_FOR = {
 _SOURCES = {"pytorch": "PyTorch traces", "nsys": "Nsight Systems exports and reports"}
 
 
+def unlaunched_note(rows: int, what: str) -> str:
+    """The note both readers write when GPU rows have no launching call in the input."""
+    return (
+        f"{rows:,} kernel/memcpy/memset rows have no launching CUDA API call in the {what} (UVM migrations, "
+        "or calls outside the capture): their launch_* are null"
+    )
+
+
 def ignored_option(name: str, source: str) -> str:
     """What a user is told about an option that the reader of ``source`` cannot use."""
     why = _NOT_FOR.get((name, source))

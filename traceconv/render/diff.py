@@ -61,13 +61,15 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
     doc = Doc(fmt == "markdown", width)
     unit = "step" if d.scope == "steps" else "window"
     doc.title(f"{before} -> {after}, per {unit}")
-    if d.note:
-        doc.line(f"Note: {d.note}")
+    for note in [d.note, *d.notes]:
+        if note:
+            doc.line(f"Note: {note}")
     if d.scope == "steps":
         doc.line(f"Steps: {b.steps} {b.label} -> {a.steps} {a.label}")
     change = f", {delta.step_ns * 100.0 / b.step_ns:+.1f}%" if b.step_ns else ""
     moved = signed(ms(delta.step_ns), delta.step_ns)
-    doc.line(f"{unit.capitalize()} time: {ms(b.step_ns)} -> {ms(a.step_ns)} ({moved}{change})")
+    median = " (median)" if d.scope == "steps" else ""
+    doc.line(f"{unit.capitalize()} time{median}: {ms(b.step_ns)} -> {ms(a.step_ns)} ({moved}{change})")
     doc.line(
         f"GPU time per {unit}: {ms(b.gpu_time_ns)} -> {ms(a.gpu_time_ns)}; verdict "
         f"{b.bound.verdict} ({b.bound.gpu_busy_pct:.1f}% busy) -> {a.bound.verdict} ({a.bound.gpu_busy_pct:.1f}% busy)"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from traceconv.analyses.kernels import KernelReport
+from traceconv.names import kernel_label
 from traceconv.render.table import Col, csv_text, json_text, text_table
 
 
@@ -43,6 +44,7 @@ def kernel_summary_cols(keys: Sequence[str]) -> list[Col]:
 _KEY_COLS = {
     "name": Col("Name", "name", shrink=True),
     "launch_name": Col("Launch API", "launch_name", null="(no launching call)"),
+    "op_name": Col("Operator", "op_name", shrink=True, null="(no operator)"),
     "pid": Col("PID", "pid", "id"),
     "tid": Col("TID", "tid", "id"),
     "device": Col("Dev", "device", "id"),
@@ -101,15 +103,25 @@ def kernels_text(r: KernelReport, fmt: str, trace: Path, width: int) -> tuple[st
         return json_text(r.rows, meta) + "\n", None
     if not r.totals.rows:
         return f"{trace}: no {what} rows; was GPU activity traced (ProfilerActivity.CUDA, nsys -t cuda)?\n", None
+    shown = named(r.rows)
     if r.by is None:
-        relative, origin = from_first_start(r.rows)
+        relative, origin = from_first_start(shown)
         text = text_table(relative, PER_LAUNCH_COLS, width)
         if origin is not None:
             text += f"\nStart times in ms from {origin} ns."
     else:
         cols = [c for c in kernel_summary_cols(r.keys) if c.source != "no_launch" or r.totals.no_launch]
-        text = text_table(r.rows, cols, width)
+        text = text_table(shown, cols, width)
     return text + "\n" + footer(r) + "\n", None
+
+
+def named(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows with kernel names shown as everywhere in a terminal (``names.kernel_label``)."""
+    if "name" not in rows.columns:
+        return rows
+    labels = {n: kernel_label(str(n)) for n in pd.unique(rows["name"].dropna())}
+    out: pd.DataFrame = rows.assign(name=rows["name"].map(labels))
+    return out
 
 
 def _have(n: int) -> str:
@@ -118,7 +130,7 @@ def _have(n: int) -> str:
 
 def footer(r: KernelReport) -> str:
     what, by, t = "/".join(r.kinds), r.by, r.totals
-    unit = {None: f"{what} rows", "name": "names", "launch": "launch APIs"}.get(by, "groups")
+    unit = {None: f"{what} rows", "name": "names", "launch": "launch APIs", "op": "operators"}.get(by, "groups")
     total = t.rows if by is None else getattr(t, "groups", t.rows)
     head = f"{t.rows:,} {what} rows, {t.exec_total_ns / 1e6:,.3f} ms of execution"
     lines = [head if by is None else f"{head}, {total:,} {unit}"]

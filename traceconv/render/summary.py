@@ -8,13 +8,29 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from traceconv.analyses.results import SYNC_KINDS, Copies, MemoryPeak, OpRow, StepFigures, SyncTally, plain
+from traceconv.analyses.results import (
+    SYNC_KINDS,
+    Copies,
+    IdleBreakdown,
+    MemoryPeak,
+    OpRow,
+    StepFigures,
+    SyncTally,
+    plain,
+)
 from traceconv.analyses.summary import SummaryReport
 from traceconv.names import kernel_label
 from traceconv.render.table import Col, Doc, json_document
 from traceconv.units import mb, ms, us
 
 TABLE_WIDTH = 100
+SORTED_BY = {
+    "gpu_self_ns": "self GPU time",
+    "gpu_total_ns": "total GPU time",
+    "cpu_self_ns": "self CPU time",
+    "cpu_total_ns": "CPU time",
+    "calls": "calls",
+}
 SHORT_LISTS = 5  # rows of the ranges and kernels tables in a terminal
 
 OP_COLS = [
@@ -27,6 +43,7 @@ OP_COLS = [
 ]
 RANGE_COLS = [
     Col("GPU ms", "gpu_ns", "ms"),
+    Col("Process GPU ms", "gpu_process_ns", "ms"),
     Col("Time ms", "dur_ns", "ms"),
     Col("Count", "count", "int"),
     Col("Range", "name", shrink=True),
@@ -59,18 +76,18 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
         return json_document(plain(r)) + "\n"
     doc = Doc(fmt == "markdown", width)
     doc.title(f"{title} ({r.source})")
+    for note in r.notes:
+        doc.line(f"Note: {note}")
     _overview(doc, r)
     doc.heading(f"Findings ({_scope_words(r.findings_scope, r.steps)})")
     doc.findings(r.findings)
-    doc.heading("Top operators by self GPU time")
+    doc.heading(f"Top operators by {SORTED_BY.get(r.sort, r.sort)}")
     doc.table([{**asdict(o), "label": with_dims(o)} for o in r.top_ops], OP_COLS)
     short = None if doc.markdown else SHORT_LISTS
-    doc.heading("Host annotations and NVTX ranges (GPU time launched inside, on the same thread)")
+    doc.heading("Host annotations and NVTX ranges (GPU time launched inside: on their thread; by any thread)")
     doc.table([asdict(n) for n in r.nvtx[:short]], RANGE_COLS)
     doc.heading("Top kernels by execution time (queue: launch call's end to kernel start)")
-    doc.table(
-        [{**asdict(k), "label": k.short_name or kernel_label(k.name)} for k in r.top_kernels[:short]], KERNEL_COLS
-    )
+    doc.table([{**asdict(k), "label": kernel_label(k.name)} for k in r.top_kernels[:short]], KERNEL_COLS)
     doc.heading("Copies")
     doc.table(copy_rows(r.memcpy), COPY_COLS)
     _syncs(doc, r)
@@ -88,7 +105,7 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
     s = r.steps
     span = f"Profiled window {ms(r.window_ns)}"
     if s:
-        span += f"; {s.count} steps {s.label}: avg {ms(s.avg_ns)} (min {ms(s.min_ns)}, max {ms(s.max_ns)})"
+        span += f"; {s.count} steps {s.label}: median {ms(s.median_ns)} (min {ms(s.min_ns)}, max {ms(s.max_ns)})"
     doc.line(span)
     for dev, g in r.gpu.items():
         pct = g.busy_ns * 100.0 / g.window_ns if g.window_ns else 0.0
@@ -97,9 +114,22 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
             extra = f"; in steps busy {s.gpu[dev].busy_ns * 100.0 / s.gpu[dev].window_ns:.1f}%"
         doc.line(f"GPU {dev}: busy {ms(g.busy_ns)} ({pct:.1f}%), idle {ms(g.idle_ns)}{extra}")
     b = r.bound
-    api = b.idle_in_api_pct
-    why = f"; host inside CUDA calls {api:.0f}% of the GPU idle time" if api is not None else ""
-    doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{why})")
+    doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{idle_words(b.idle_ns)})")
+
+
+def idle_words(idle: IdleBreakdown) -> str:
+    """ "; idle: host elsewhere 80%, ..." for the parts of the GPUs' idle time that are there."""
+    parts = [(what, getattr(idle, name)) for name, what in IDLE_PARTS.items()]
+    said = ", ".join(f"{what} {idle.pct(ns):.0f}%" for what, ns in parts if ns)
+    return f"; of the idle time: {said}" if said else ""
+
+
+IDLE_PARTS = {
+    "host_other": "host elsewhere",
+    "host_launch": "host launching",
+    "host_sync": "host blocked in syncs",
+    "queued": "work queued on the GPU",
+}
 
 
 def with_dims(o: OpRow) -> str:

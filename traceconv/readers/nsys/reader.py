@@ -23,7 +23,7 @@ import pyarrow as pa
 from traceconv import schema as S
 from traceconv.errors import InputError
 from traceconv.readers.arrow_util import identity
-from traceconv.readers.base import Progress, TraceInfo, trace_stem
+from traceconv.readers.base import Progress, TraceInfo, trace_stem, unlaunched_note
 from traceconv.readers.nsys.diagnostics import DIAGNOSTIC, diagnostics
 from traceconv.readers.nsys.enums import Enums
 from traceconv.readers.nsys.links import Launches, Ranges, launch_columns, launch_index, launch_threads
@@ -92,10 +92,7 @@ class NsysReader:
             db.close()
         unlinked = self.info.counters.get("gpu_rows_without_launch", 0)
         if unlinked:
-            self.info.notes.append(
-                f"{unlinked:,} kernel/memcpy/memset rows have no launching CUDA API call in the "
-                "export (UVM migrations, or calls outside the capture): their launch_* are null"
-            )
+            self.info.notes.append(unlaunched_note(unlinked, "export"))
 
     def _describe(self, db: Database) -> int:
         meta: dict[str, Any] = dict(export_version(db))

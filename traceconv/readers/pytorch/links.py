@@ -98,6 +98,7 @@ def _equal(table: pa.Table, name: str, value: str, fold: bool = False) -> Any:
 
 class LinkIndex:
     def __init__(self) -> None:
+        self.unlaunched = 0  # GPU rows with no launching call in the trace, counted by pass 2
         self.names: list[str | None] = []
         self._name_code: dict[str, int] = {}
         self._api: dict[str, list[I64]] = {f: [] for f in (*dict(_COLS), "name")}
@@ -217,6 +218,7 @@ class LinkIndex:
         op_eid = _gather(api.get("op_eid"), via)
         op_name = _gather(api.get("op_name"), via)
         orphan = gpu & (launch < 0)
+        self.unlaunched += int(orphan.sum())
         if orphan.any():
             g = self._by_gpu_eid.find(eid[orphan])
             op_eid[orphan], op_name[orphan] = _gather(self.gpu["op_eid"], g), _gather(self.gpu["op_name"], g)

@@ -20,7 +20,7 @@ from traceconv import schema as S
 from traceconv.errors import TraceconvError
 from traceconv.process import paused_gc, return_freed_memory
 from traceconv.readers.arrow_util import identity
-from traceconv.readers.base import GZIP_MAGIC, Progress, TraceInfo, trace_stem
+from traceconv.readers.base import GZIP_MAGIC, Progress, TraceInfo, trace_stem, unlaunched_note
 from traceconv.readers.pytorch.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded, decode_events
@@ -150,6 +150,9 @@ class PytorchReader:
         finally:
             spill.close()
         self.info.counters["events"] = self._events
+        if index.unlaunched:
+            self.info.counters["gpu_rows_without_launch"] = index.unlaunched
+            self.info.notes.append(unlaunched_note(index.unlaunched, "trace"))
 
     def _pass1(self, progress: Callable[[int], None] | None) -> _Pass1:
         """Read, decode and build every chunk in this process (every repair and salvage path)."""

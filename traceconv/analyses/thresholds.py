@@ -1,0 +1,59 @@
+"""When each finding is reported: one threshold per finding code, and the verdict's."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from traceconv.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When each finding is reported (``--threshold NAME=VALUE`` on the command line)."""
+
+    HOST_DEVICE_COPIES: float = 5.0  # % of GPU time spent in HtoD + DtoH copies
+    SYNC_STALLS: float = 1.0  # syncs per step that wait for a GPU result (no steps: those followed by more GPU work)
+    PAGEABLE_COPIES: float = 1.0  # HtoD copies per step from pageable memory that the host waits for (no steps: all)
+    GPU_IDLE: float = 30.0  # % of the time the GPUs sit idle
+    QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
+    LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
+    TINY_KERNELS: float = 50.0  # % of launched kernels that run shorter than their own launch call
+    gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound"
+    min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
+    min_cost_ms: float = 1.0  # copy/sync findings: their cost (ms) in the whole scope must reach this ...
+    min_cost_pct: float = 1.0  # ... and this share of a step (of the window without steps)
+
+    def with_overrides(self, overrides: Mapping[str, float]) -> Thresholds:
+        """A copy with ``overrides`` applied; names match fields case-insensitively."""
+        fields = {f.name.lower(): f.name for f in dataclasses.fields(self)}
+        changes = {}
+        for name, value in overrides.items():
+            field = fields.get(name.lower())
+            if field is None:
+                raise UsageError(None, f"unknown threshold {name!r}", f"choose from {', '.join(fields.values())}")
+            changes[field] = float(value)
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_options(cls, items: Sequence[str]) -> Thresholds:
+        """The defaults with ``NAME=VALUE`` overrides (``--threshold``) applied."""
+        overrides = {}
+        for item in items:
+            name, sep, value = item.partition("=")
+            try:
+                overrides[name.strip()] = float(value)
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise UsageError(
+                    None, f"--threshold {item!r} is not NAME=NUMBER", "e.g. --threshold HOST_DEVICE_COPIES=5"
+                )
+        return cls().with_overrides(overrides)
+
+
+DEFAULTS = Thresholds()
