@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import traceconv
 from traceconv.analyses import kernels as K
-from traceconv.analyses.common import describe, load
+from traceconv.analyses.common import load
 from traceconv.cli import main
 
 from .conftest import fixture, real_files
@@ -525,11 +525,18 @@ def test_wall_time_is_api_plus_queue_plus_execution_when_queued(path: Path) -> N
 @settings(max_examples=60, deadline=None)
 def test_per_group_statistics_follow_nvidias_definitions(pairs: list[tuple[str, int]]) -> None:
     """Hand-made groups: median = midpoint of the middle two, stddev = sample (n-1), 0 for one value."""
-    df = pd.DataFrame({"g": pd.Categorical([p[0] for p in pairs]), "v": pd.array([p[1] for p in pairs], "Int64")})
-    got = describe(df.groupby("g", observed=True)["v"], "x")
-    for name, values in df.groupby("g", observed=True)["v"]:
-        ints = [int(v) for v in values]
+    rows = pd.DataFrame({c: pd.array([None] * len(pairs), "Int64") for c in K.PER_LAUNCH})
+    rows["name"] = pd.Categorical([p[0] for p in pairs])
+    rows["kernel_dur_ns"] = pd.array([p[1] for p in pairs], "Int64")
+    got = K.summary(rows, by="name").set_index("name")
+    groups: dict[str, list[int]] = defaultdict(list)
+    for name, value in pairs:
+        groups[name].append(value)
+    assert sorted(got.index) == sorted(groups)
+    for name, ints in groups.items():
         row = got.loc[name]
-        assert (row["x_count"], row["x_total_ns"]) == (len(ints), sum(ints))
-        assert row["x_med_ns"] == statistics.median(ints)
-        assert row["x_std_ns"] == pytest.approx(statistics.stdev(ints) if len(ints) > 1 else 0.0, rel=1e-9, abs=1e-3)
+        assert (row["count"], row["exec_total_ns"]) == (len(ints), sum(ints))
+        assert (row["exec_min_ns"], row["exec_max_ns"]) == (min(ints), max(ints))
+        assert row["exec_med_ns"] == statistics.median(ints)
+        assert row["exec_std_ns"] == pytest.approx(statistics.stdev(ints) if len(ints) > 1 else 0.0, rel=1e-9, abs=1e-3)
+        assert row["no_launch"] == len(ints)

@@ -222,9 +222,12 @@ def test_sync_kinds_match_an_independent_reading_of_the_raw_data(path: Path, wai
 
 def _gpu_time_in_steps(path: Path) -> int:
     if path.suffix == ".sqlite":
-        frames = prepare(load(path, columns=INPUT_COLUMNS))
-        gpu = frames.gpu
-        inside = I.inside(gpu["anchor_ns"].to_numpy(np.int64), frames.steps.start_ns, frames.steps.end_ns)
+        facts = prepare(load(path, columns=INPUT_COLUMNS))
+        t = load(path, columns=["kind", "start_ns", "dur_ns", "launch_start_ns"]).to_pandas()
+        gpu = t[t["kind"].astype(str).isin(["kernel", "memcpy", "memset"])]
+        anchor = gpu["launch_start_ns"].fillna(gpu["start_ns"]).to_numpy(np.int64)
+        assert facts.steps is not None
+        inside = I.inside(anchor, facts.steps.start_ns, facts.steps.end_ns)
         return int(gpu["dur_ns"].to_numpy(np.int64)[inside].sum())
     return json_gpu_time_in_steps(path)
 
@@ -258,11 +261,12 @@ def test_gpu_busy_is_the_union_of_overlapping_streams() -> None:
 
 
 def test_nesting_matches_a_brute_force_innermost_search() -> None:
-    frames = prepare(load(BUGGY, columns=INPUT_COLUMNS))
-    r = frames.ranges
+    t = load(BUGGY, columns=["kind", "tid", "start_ns", "end_ns"]).to_pandas()
+    r = t[t["kind"].astype(str).isin(["cpu_op", "nvtx", "cuda_api"])].reset_index(drop=True)
     tid = r["tid"].value_counts().index[0]
-    on = r[r["tid"] == tid]
+    on = r[r["tid"] == tid].reset_index(drop=True)
     start, end = on["start_ns"].to_numpy(np.int64), on["end_ns"].to_numpy(np.int64)
+    on["parent"] = I.parents(np.zeros(len(on), np.int64), start, end)
     order = np.lexsort((-end, start))
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))

@@ -63,7 +63,21 @@ class PartialResultError(TraceconvError):
     exit_code = 6
 
 
+class ResourceError(TraceconvError):
+    """The work needs more memory than it was given (exit 7)."""
+
+    exit_code = 7
+
+
 EXIT_CODES = {
     cls.__name__: cls.exit_code
-    for cls in (TraceconvError, UsageError, InputError, UnsupportedFormatError, ToolMissingError, PartialResultError)
+    for cls in (
+        TraceconvError,
+        UsageError,
+        InputError,
+        UnsupportedFormatError,
+        ToolMissingError,
+        PartialResultError,
+        ResourceError,
+    )
 }

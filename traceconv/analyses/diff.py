@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses.findings import Finding, evaluate
-from traceconv.analyses.prepare import prepare
+from traceconv.analyses.measure import Scope, ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.prepare import as_source, prepare
 from traceconv.analyses.results import (
     Bound,
     CopyChange,
@@ -34,9 +35,9 @@ from traceconv.analyses.results import (
     SyncTally,
     plain,
 )
-from traceconv.analyses.stats import Scope, ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
-from traceconv.analyses.summary import DEFAULT_TOP, frame_notes
+from traceconv.analyses.summary import DEFAULT_TOP, facts_notes
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 
 _OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
@@ -64,10 +65,14 @@ class Diff:
 
 
 def diff(
-    before: pa.Table, after: pa.Table, thresholds: Thresholds = DEFAULTS, step_pattern: str = STEP_PATTERN
+    before: pa.Table | Source,
+    after: pa.Table | Source,
+    thresholds: Thresholds = DEFAULTS,
+    step_pattern: str = STEP_PATTERN,
 ) -> Diff:
-    """Compare two unified tables (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``)."""
-    frames = [prepare(before, step_pattern), prepare(after, step_pattern)]
+    """Compare two inputs (Sources, or unified tables: ``load(path, columns=prepare.INPUT_COLUMNS)``)."""
+    sources = [as_source(before), as_source(after)]
+    frames = [prepare(s, step_pattern) for s in sources]
     steps = [step_scope(f) for f in frames]
     note = None
     scopes: list[Scope | None] = list(steps)
@@ -78,14 +83,14 @@ def diff(
         ) + "; comparing the whole profiled windows, not normalised"
         scopes = [window_scope(f) for f in frames]
     sides = []
-    for f, scope in zip(frames, scopes, strict=True):
+    for source, f, scope in zip(sources, frames, scopes, strict=True):
         assert scope is not None
-        stats = measure(f, scope, thresholds)
+        stats = measure(source, f, [scope], thresholds)[0][0]
         sides.append(Side(stats, evaluate(stats, thresholds, f.program)))
     notes = [
         f"{side}: {n}"
-        for side, f in zip(("before", "after"), frames, strict=True)
-        for n in frame_notes(f, step_pattern)
+        for side, source, f in zip(("before", "after"), sources, frames, strict=True)
+        for n in facts_notes(source, f, step_pattern)
     ]
     if frames[0].source != frames[1].source:
         notes.insert(

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceconv.analyses.fixes import Program, fix, idle_fix, tiny_fix
+from traceconv.analyses.measure import ScopeStats
 from traceconv.analyses.results import CallTally, OpTally
-from traceconv.analyses.stats import ScopeStats
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.names import kernel_label, shorten
 from traceconv.units import mb, ms, us

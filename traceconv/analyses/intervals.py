@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from traceconv.readers.enclosing import Innermost, Points, spans
+from traceconv.readers.enclosing import Innermost, Points
 
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -45,6 +45,18 @@ def overlap3(a: tuple[I64, I64], b: tuple[I64, I64], c: tuple[I64, I64]) -> int:
     abc = (np.concatenate([a[0], b[0], c[0]]), np.concatenate([a[1], b[1], c[1]]))
     singles = length(*a) + length(*b) + length(*c)
     return length(*abc) - singles + overlap(a, b) + overlap(a, c) + overlap(b, c)
+
+
+def covered_below(seg_start: I64, seg_end: I64, times: I64) -> I64:
+    """For each time, how much of the sorted, disjoint segments lies before it (a running total)."""
+    if len(seg_start) == 0:
+        return np.zeros(len(times), np.int64)
+    before = np.r_[0, np.cumsum(seg_end - seg_start)]
+    idx = np.searchsorted(seg_start, times, side="right") - 1
+    at = np.maximum(idx, 0)
+    partial = np.minimum(times - seg_start[at], seg_end[at] - seg_start[at])
+    covered: I64 = np.where(idx >= 0, before[at] + partial, 0)
+    return covered
 
 
 def inside(times: I64, win_start: I64, win_end: I64) -> Bools:
@@ -100,32 +112,3 @@ def ancestors(parent: I64, first: I64) -> list[tuple[I64, I64]]:
         keep = up >= 0
         rows, node = rows[keep], up[keep]
     return levels
-
-
-def intersect(a: tuple[I64, I64], b: tuple[I64, I64]) -> tuple[I64, I64]:
-    """The intersection of two unions (sorted, disjoint segments, as :func:`union` makes them)."""
-    (a_start, a_end), (b_start, b_end) = a, b
-    if not len(a_start) or not len(b_start):
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    lo = np.searchsorted(b_end, a_start, side="right")  # the first b segment ending after a's start
-    hi = np.searchsorted(b_start, a_end, side="left")  # past the last b segment starting before a's end
-    owner, pos = spans(lo, np.maximum(hi, lo))
-    start = np.maximum(a_start[owner], b_start[pos])
-    end = np.minimum(a_end[owner], b_end[pos])
-    keep = end > start
-    return start[keep], end[keep]
-
-
-def subtract(a: tuple[I64, I64], b: tuple[I64, I64]) -> tuple[I64, I64]:
-    """The time of union ``a`` outside union ``b``."""
-    a_start, a_end = a
-    if not len(a_start) or not len(b[0]):
-        return a
-    gaps_start = np.concatenate([[min(a_start[0], b[0][0])], b[1]])
-    gaps_end = np.concatenate([b[0], [max(a_end[-1], b[1][-1])]])
-    keep = gaps_end > gaps_start
-    return intersect(a, (gaps_start[keep], gaps_end[keep]))
-
-
-def total(segments: tuple[I64, I64]) -> int:
-    return int((segments[1] - segments[0]).sum())

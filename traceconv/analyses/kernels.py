@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
-from traceconv.analyses.common import Data, describe, frame
+from traceconv.analyses.common import Data
+from traceconv.analyses.source import Source
 from traceconv.errors import UsageError
 
 # The columns of per_launch(), in the order of NVIDIA's cuda_kern_exec_trace.
@@ -58,30 +59,12 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_KINDS = ("kernel",)
 
-_GPU_COLUMNS = (
-    "trace_id",
-    "source",
-    "kind",
-    "name",
-    "start_ns",
-    "dur_ns",
-    "pid",
-    "device",
-    "context",
-    "stream",
-    "correlation_id",
-    "launch_event_id",
-    "launch_name",
-    "launch_start_ns",
-    "launch_end_ns",
-    "launch_tid",
-    "queue_ns",
-    "wall_ns",
-    "op_name",
-)
-_API_COLUMNS = ("trace_id", "event_id", "pid")
 # What per_launch() and summary() read: load(path, columns=INPUT_COLUMNS, kinds=input_kinds(...)).
-INPUT_COLUMNS = tuple(dict.fromkeys((*_GPU_COLUMNS, *_API_COLUMNS)))
+INPUT_COLUMNS = (
+    *("trace_id", "event_id", "source", "kind", "name", "start_ns", "dur_ns", "pid", "device", "context"),
+    *("stream", "correlation_id", "launch_event_id", "launch_name", "launch_start_ns", "launch_end_ns"),
+    *("launch_tid", "queue_ns", "wall_ns", "op_name"),
+)
 
 
 def input_kinds(kinds: Sequence[str] = DEFAULT_KINDS) -> list[str]:
@@ -89,89 +72,98 @@ def input_kinds(kinds: Sequence[str] = DEFAULT_KINDS) -> list[str]:
     return [*kinds, "cuda_api"]
 
 
-def per_launch(data: Data, kinds: Sequence[str] = DEFAULT_KINDS) -> pd.DataFrame:
+def _launches_sql(kinds: Sequence[str]) -> str:
+    """:data:`PER_LAUNCH` columns per GPU row of ``kinds`` (a query over ``events``), in launch order.
+
+    ``pid`` is the launching call's (a PyTorch trace gives GPU rows the device as pid, so the
+    launching row's pid is looked up by ``launch_event_id``; other sources fall back on the row's
+    own pid).
+    """
+    wanted = ", ".join("'" + k.replace("'", "''") + "'" for k in kinds)
+    return (
+        "WITH api AS (SELECT coalesce(trace_id, '') AS trace_id, event_id, pid FROM events WHERE kind = 'cuda_api') "
+        "SELECT g.launch_start_ns AS api_start_ns, g.launch_end_ns - g.launch_start_ns AS api_dur_ns, "
+        "CASE WHEN g.queue_ns IS NOT NULL THEN g.launch_end_ns END AS queue_start_ns, g.queue_ns AS queue_dur_ns, "
+        "g.start_ns AS kernel_start_ns, g.dur_ns AS kernel_dur_ns, g.wall_ns AS total_dur_ns, "
+        "coalesce(a.pid, CASE WHEN g.source <> 'pytorch' THEN g.pid END) AS pid, g.launch_tid AS tid, "
+        "CAST(g.device AS BIGINT) AS device, g.context, g.stream, g.launch_name, g.name, g.kind, g.correlation_id, "
+        "g.trace_id, g.op_name FROM events g "
+        "LEFT JOIN api a ON a.trace_id = coalesce(g.trace_id, '') AND a.event_id = g.launch_event_id "
+        f"WHERE g.kind IN ({wanted}) ORDER BY coalesce(g.launch_start_ns, g.start_ns) NULLS LAST, "
+        "g.start_ns NULLS LAST, g.trace_id, g.event_id"
+    )
+
+
+def per_launch(data: Data | Source, kinds: Sequence[str] = DEFAULT_KINDS) -> pd.DataFrame:
     """One row per GPU operation of ``kinds``, like ``cuda_kern_exec_trace``, in launch order.
 
-    ``pid`` and ``tid`` are those of the launching call (a PyTorch trace gives GPU rows the
-    device as pid, so the launching row's pid is looked up by ``launch_event_id``). Rows
-    with no launching call are kept with null API, queue and total times and are ordered
+    Rows with no launching call are kept with null API, queue and total times and are ordered
     by their own start.
     """
-    gpu = frame(data, _GPU_COLUMNS, kinds)
-    api_dur = gpu["launch_end_ns"] - gpu["launch_start_ns"]
-    out = pd.DataFrame(
-        {
-            "api_start_ns": gpu["launch_start_ns"],
-            "api_dur_ns": api_dur,
-            "queue_start_ns": gpu["launch_end_ns"].where(gpu["queue_ns"].notna()),
-            "queue_dur_ns": gpu["queue_ns"],
-            "kernel_start_ns": gpu["start_ns"],
-            "kernel_dur_ns": gpu["dur_ns"],
-            "total_dur_ns": gpu["wall_ns"],
-            "pid": _launch_pid(data, gpu),
-            "tid": gpu["launch_tid"],
-            "device": gpu["device"].astype("Int64"),
-            "context": gpu["context"],
-            "stream": gpu["stream"],
-            "launch_name": gpu["launch_name"],
-            "name": gpu["name"],
-            "kind": gpu["kind"],
-            "correlation_id": gpu["correlation_id"],
-            "trace_id": gpu["trace_id"],
-            "op_name": gpu["op_name"],
-        }
-    )
-    order = out["api_start_ns"].fillna(out["kernel_start_ns"])
-    keys = pd.DataFrame({"a": order, "k": out["kernel_start_ns"]})
-    ordered: pd.DataFrame = out.loc[keys.sort_values(["a", "k"], kind="stable").index].reset_index(drop=True)
-    return ordered
+    return _per_launch(_source(data), kinds)
 
 
-def _launch_pid(data: Data, gpu: pd.DataFrame) -> pd.Series:
-    """The process of the launching call; for traces other than PyTorch, the GPU row's own pid as fallback."""
-    api = frame(data, _API_COLUMNS, ["cuda_api"])
-    left = pd.DataFrame({"trace_id": gpu["trace_id"].astype("string"), "event_id": gpu["launch_event_id"]})
-    right = pd.DataFrame(
-        {"trace_id": api["trace_id"].astype("string"), "event_id": api["event_id"], "launch_pid": api["pid"]}
-    )
-    merged = left.merge(right, on=["trace_id", "event_id"], how="left", validate="many_to_one")
-    pid = pd.Series(merged["launch_pid"].to_numpy(), index=gpu.index, dtype="Int64")
-    own = gpu["pid"].where(gpu["source"].astype("string") != "pytorch")
-    found: pd.Series[Any] = pid.fillna(own) if len(pid) else pid
-    return found
+def _per_launch(source: Source, kinds: Sequence[str], limit: int = 0) -> pd.DataFrame:
+    sql = _launches_sql(kinds)
+    if limit:  # the longest, longest first
+        sql = f"SELECT * FROM ({sql}) ORDER BY kernel_dur_ns DESC NULLS LAST LIMIT {int(limit)}"
+    out: pd.DataFrame = source.frame(sql)
+    text = ("launch_name", "name", "kind", "trace_id", "op_name")
+    for col in text:
+        out[col] = out[col].astype("category")
+    return out
 
 
-def summary(data: Data, by: str | Sequence[str] = "name", kinds: Sequence[str] = DEFAULT_KINDS) -> pd.DataFrame:
+def summary(
+    data: Data | Source, by: str | Sequence[str] = "name", kinds: Sequence[str] = DEFAULT_KINDS
+) -> pd.DataFrame:
     """Per group: count and total/avg/median/min/max/stddev of execution, queue, API and wall time.
 
     ``by``: ``"name"`` (the kernel, as ``cuda_gpu_kern_sum``), ``"launch"`` (the launching
-    API call), ``"exec"`` (process, thread, device, API and kernel, as
-    ``cuda_kern_exec_sum``) or a sequence of :data:`PER_LAUNCH` columns. ``data`` is a
-    unified table or a :func:`per_launch` result.
+    API call), ``"op"`` (the operator or NVTX range), ``"exec"`` (process, thread, device, API
+    and kernel, as ``cuda_kern_exec_sum``) or a sequence of :data:`PER_LAUNCH` columns. ``data``
+    is a unified table, a :class:`Source`, or a :func:`per_launch` result.
 
     Columns: the keys; ``count``; ``no_launch`` (rows with no launching call in the trace:
     counted in ``exec_*``, absent from ``api_*`` and ``wall_*``); ``queued`` (rows with a
     queue time, NVIDIA's QCount); ``time_pct`` (share of the summed execution time of all
-    groups); then ``{exec,queue,api,wall}_{total,avg,med,min,max,std}_ns``. Sorted as NVIDIA
-    sorts: total execution time descending, then count, then keys.
+    groups); then ``{exec,queue,api,wall}_{total,avg,med,min,max,std}_ns`` (NVIDIA's
+    definitions: the median of an even count is the midpoint of the two middle values; the
+    standard deviation is the sample one, 0 for a single value). Sorted as NVIDIA sorts: total
+    execution time descending, then count, then keys.
     """
     keys = list(GROUPINGS[by]) if isinstance(by, str) and by in GROUPINGS else _keys(by)
-    rows = data if _is_per_launch(data) else per_launch(data, kinds)
-    assert isinstance(rows, pd.DataFrame)
-    grouped = rows.groupby(keys, observed=True, dropna=False, sort=False)
-    parts = {prefix: describe(grouped[col], prefix) for prefix, col in MEASURES.items()}
-    exec_total = parts["exec"]["exec_total_ns"].fillna(0)
-    grand = int(exec_total.sum())
-    head = pd.DataFrame(
-        {
-            "count": grouped.size().astype("int64"),
-            "no_launch": (grouped.size() - grouped["api_start_ns"].count()).astype("int64"),
-            "queued": parts["queue"]["queue_count"],
-            "time_pct": exec_total.astype("float64") * 100.0 / grand if grand else 0.0,
-        }
+    if _is_per_launch(data):
+        assert isinstance(data, pd.DataFrame)
+        source = Source(pa.Table.from_pandas(data[list(PER_LAUNCH)], preserve_index=False))
+        launches = "SELECT * FROM events"
+    else:
+        source, launches = _source(data), _launches_sql(kinds)
+    return _summary(source, launches, keys)
+
+
+def _summary(source: Source, launches: str, keys: list[str]) -> pd.DataFrame:
+    group = ", ".join(f'"{k}"' for k in keys)
+    measures = []
+    for prefix, col in MEASURES.items():
+        measures += [
+            f"isum({col}) AS {prefix}_total_ns",
+            f"avg({col}) AS {prefix}_avg_ns",
+            f"CAST(quantile_cont({col}, 0.5) AS DOUBLE) AS {prefix}_med_ns",
+            f"min({col}) AS {prefix}_min_ns",
+            f"max({col}) AS {prefix}_max_ns",
+            f"CASE WHEN count({col}) = 1 THEN 0.0 ELSE stddev_samp({col}) END AS {prefix}_std_ns",
+        ]
+    out = source.frame(
+        f"SELECT {group}, count(*) AS count, count(*) - count(api_start_ns) AS no_launch, "
+        f"count(queue_dur_ns) AS queued, {', '.join(measures)} FROM ({launches}) GROUP BY {group}"
     )
-    body = [p.drop(columns=f"{prefix}_count") for prefix, p in parts.items()]
-    out = pd.concat([head, *body], axis=1).reset_index()
+    grand = int(out["exec_total_ns"].fillna(0).sum())
+    share = out["exec_total_ns"].fillna(0).astype("float64") * 100.0 / grand if grand else 0.0
+    out.insert(len(keys) + 3, "time_pct", share)
+    for key in keys:
+        if not pd.api.types.is_numeric_dtype(out[key]):
+            out[key] = out[key].astype("category")
     out = out.sort_values(
         ["exec_total_ns", "count", *keys],
         ascending=[False, True, *[True] * len(keys)],
@@ -181,6 +173,13 @@ def summary(data: Data, by: str | Sequence[str] = "name", kinds: Sequence[str] =
     )
     result: pd.DataFrame = out.reset_index(drop=True)
     return result
+
+
+def _source(data: Data | Source) -> Source:
+    if isinstance(data, Source):
+        return data
+    table = data if isinstance(data, pa.Table) else pa.Table.from_pandas(data, preserve_index=False)
+    return Source(table)
 
 
 def longest(rows: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -241,13 +240,21 @@ class KernelReport:
     keys: tuple[str, ...]  # the grouping columns (none per launch)
 
 
-def report(data: Data, kinds: Sequence[str] = DEFAULT_KINDS, by: str | None = "name", limit: int = 0) -> KernelReport:
+def report(
+    data: Data | Source, kinds: Sequence[str] = DEFAULT_KINDS, by: str | None = "name", limit: int = 0
+) -> KernelReport:
     """Per launch (``by=None``, the ``limit`` longest) or per group (the ``limit`` with most execution time)."""
-    rows = per_launch(data, kinds)
+    source = _source(data)
     if by is None:
-        return KernelReport(longest(rows, limit) if limit else rows, launch_totals(rows), tuple(kinds), None, ())
-    result = summary(rows, by)
+        rows = _per_launch(source, kinds, limit)
+        sums = source.arrow(
+            f"SELECT count(*) AS n, count(*) - count(api_start_ns) AS no_launch, count(queue_dur_ns) AS queued, "
+            f"total(kernel_dur_ns) AS exec FROM ({_launches_sql(kinds)})"
+        ).to_pylist()[0]
+        figures = LaunchTotals(int(sums["n"]), int(sums["no_launch"]), int(sums["queued"]), int(sums["exec"]))
+        return KernelReport(rows, figures, tuple(kinds), None, ())
     keys = GROUPINGS[by] if by in GROUPINGS else tuple(_keys(by))
+    result = _summary(source, _launches_sql(kinds), list(keys))
     return KernelReport(result.head(limit) if limit else result, totals(result), tuple(kinds), by, keys)
 
 

@@ -17,9 +17,10 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import ops as O
-from traceconv.analyses import transfers as T
+from traceconv.analyses import syncs as Y
 from traceconv.analyses.findings import Finding, evaluate
-from traceconv.analyses.prepare import Frames, prepare
+from traceconv.analyses.measure import ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.results import (
     Copies,
     DeviceTime,
@@ -32,7 +33,7 @@ from traceconv.analyses.results import (
     Syncs,
     plain,
 )
-from traceconv.analyses.stats import ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import UsageError
@@ -76,41 +77,37 @@ SORTS = {
 
 
 def summarize(
-    table: pa.Table,
+    data: pa.Table | Source,
     thresholds: Thresholds = DEFAULTS,
     top: int = DEFAULT_TOP,
     step_pattern: str = STEP_PATTERN,
     sort: str = "gpu_self",
 ) -> Summary:
-    """Summarise a unified table (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``); operators
-    in ``sort`` order (a key of :data:`SORTS`)."""
-    frames = prepare(table, step_pattern)
-    return summarize_frames(frames, thresholds, top, step_pattern, sort)
-
-
-def summarize_frames(
-    frames: Frames,
-    thresholds: Thresholds = DEFAULTS,
-    top: int = DEFAULT_TOP,
-    step_pattern: str = STEP_PATTERN,
-    sort: str = "gpu_self",
-) -> Summary:
+    """Summarise an input: a :class:`Source` (Parquet files, read out of core) or a unified table
+    (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``); operators in ``sort`` order (a key of
+    :data:`SORTS`)."""
     if sort not in SORTS:
         raise UsageError(None, f"--sort {sort!r} is not an operator column", f"choose from {', '.join(SORTS)}")
-    window = _sorted_ops(measure(frames, window_scope(frames), thresholds), SORTS[sort])
-    scope = step_scope(frames)
-    steps = _sorted_ops(measure(frames, scope, thresholds), SORTS[sort]) if scope is not None else None
+    source = as_source(data)
+    facts = prepare(source, step_pattern)
+    scopes = [window_scope(facts)]
+    steps_scope = step_scope(facts)
+    if steps_scope is not None:
+        scopes.append(steps_scope)
+    stats, trees = measure(source, facts, scopes, thresholds)
+    window = _sorted_ops(stats[0], SORTS[sort])
+    steps = _sorted_ops(stats[1], SORTS[sort]) if len(stats) > 1 else None
     focus = steps if steps is not None else window
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
     return Summary(
-        source=frames.source,
+        source=facts.source,
         window=window,
         steps=steps,
-        findings=evaluate(focus, thresholds, frames.program),
-        memory=T.memory_peaks(frames.memory),
-        shapes=O.input_dims(frames.table, frames.ranges, names),
+        findings=evaluate(focus, thresholds, facts.program),
+        memory=Y.memory_peaks(source),
+        shapes=O.input_dims(source, trees, names),
         thresholds=thresholds,
-        notes=frame_notes(frames, step_pattern),
+        notes=facts_notes(source, facts, step_pattern),
         sort=SORTS[sort],
     )
 
@@ -120,12 +117,16 @@ def _sorted_ops(stats: ScopeStats, column: str) -> ScopeStats:
     return dataclasses.replace(stats, ops=ops)
 
 
-def frame_notes(frames: Frames, step_pattern: str) -> list[str]:
+def facts_notes(source: Source, facts: Facts, step_pattern: str) -> list[str]:
     """What a reader of one trace's figures should know about its steps and rows."""
-    notes = frames.steps.notes() if frames.steps is not None else []
-    if frames.steps is None and step_pattern != STEP_PATTERN:
+    notes = facts.steps.notes() if facts.steps is not None else []
+    if facts.steps is None and step_pattern != STEP_PATTERN:
         notes.append(f"no range matches --steps {step_pattern!r}: measured on the whole profiled window")
-    unlaunched = int((frames.gpu["launch_event_id"].isna()).sum())
+    unlaunched = int(
+        source.scalar(
+            "SELECT count(*) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') AND launch_event_id IS NULL"
+        )
+    )
     if unlaunched:
         notes.append(
             f"{unlaunched:,} GPU rows have no launching call in the trace (work launched before the capture, "

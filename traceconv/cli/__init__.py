@@ -1,7 +1,7 @@
 """The command line: thin click commands over the public API. Only this package prints.
 
 ``main`` is the group; each command module registers itself on it (``convert``: ingest and
-nsys; ``analyse``: kernels, summary, diff). A command parses its arguments, makes one call
+nsys; ``analyse``: kernels, summary, diff; ``query``: sql). A command parses its arguments, makes one call
 into the library and prints what it returns; the library's errors become one line on stderr
 (:func:`errors.handle_errors`).
 """
@@ -31,6 +31,6 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-from traceconv.cli import analyse, convert  # noqa: E402, F401  (the commands register on main)
+from traceconv.cli import analyse, convert, query  # noqa: E402, F401  (the commands register on main)
 
 __all__ = ["main"]

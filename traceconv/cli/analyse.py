@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from traceconv.cli import main
 from traceconv.cli.errors import handle_errors, note
+from traceconv.cli.progress import Bar
+
+if TYPE_CHECKING:
+    from traceconv.analyses.source import Source
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,15 +67,12 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
         traceconv kernels trace.parquet --per-launch --top 50
     """
     from traceconv.analyses import kernels as K
-    from traceconv.analyses.common import load
     from traceconv.render.kernels import kernels_text
 
     kinds = kinds or K.DEFAULT_KINDS
-    notes: list[str] = []
-    table = load(trace, columns=K.INPUT_COLUMNS, kinds=K.input_kinds(kinds), notes=notes)
-    _tell(notes)
     limit = top if top is not None else (20 if fmt == "table" else 0)
-    result = K.report(table, kinds, None if per_launch else by, limit)
+    with opened([trace]) as source:
+        result = K.report(source, kinds, None if per_launch else by, limit)
     text, remark = kernels_text(result, fmt, trace, shutil.get_terminal_size((200, 24)).columns)
     click.echo(text, nl=False)
     if remark:
@@ -141,18 +143,14 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
 
         traceconv summary run.nsys-rep --format json --threshold GPU_IDLE=50
     """
-    from traceconv.analyses import prepare as P
     from traceconv.analyses import summary as SM
-    from traceconv.analyses.common import load
     from traceconv.analyses.steps import STEP_PATTERN
     from traceconv.analyses.thresholds import Thresholds
     from traceconv.render.summary import summary_text
 
     limits = Thresholds.from_options(thresholds)
-    notes: list[str] = []
-    table = load(trace, columns=P.INPUT_COLUMNS, notes=notes)
-    _tell(notes)
-    result = SM.summarize(table, limits, top, step_pattern or STEP_PATTERN, sort)
+    with opened([trace]) as source:
+        result = SM.summarize(source, limits, top, step_pattern or STEP_PATTERN, sort)
     click.echo(summary_text(SM.report(result, top), fmt, trace.name, _table_width()), nl=False)
 
 
@@ -175,21 +173,31 @@ def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, .
         traceconv diff buggy.sqlite fixed.sqlite --format markdown > diff.md
     """
     from traceconv.analyses import diff as D
-    from traceconv.analyses import prepare as P
-    from traceconv.analyses.common import load
     from traceconv.analyses.steps import STEP_PATTERN
     from traceconv.analyses.thresholds import Thresholds
     from traceconv.render.diff import diff_text
 
     limits = Thresholds.from_options(thresholds)
-    notes: list[str] = []
-    tables = [load(path, columns=P.INPUT_COLUMNS, notes=notes) for path in (before, after)]
-    _tell(notes)
-    result = D.diff(tables[0], tables[1], limits, step_pattern or STEP_PATTERN)
+    with opened([before]) as first, opened([after]) as second:
+        result = D.diff(first, second, limits, step_pattern or STEP_PATTERN)
     click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, _table_width()), nl=False)
 
 
-def _tell(notes: list[str]) -> None:
-    """What the input's loading found worth saying (trace files left unread ...), on stderr."""
+@contextlib.contextmanager
+def opened(paths: list[Path], one: bool = True) -> Iterator[Source]:
+    """The inputs as a Source (traces converted on the way, with progress); what loading found
+    worth saying (trace files left unread ...) on stderr; temporary files removed after."""
+    from traceconv.analyses.inputs import open_source
+
+    notes: list[str] = []
+    bar = Bar("converting")
+    try:
+        source = open_source(paths, notes, bar, one)
+    finally:
+        bar.close()
     for text in notes:
         note(text)
+    try:
+        yield source
+    finally:
+        source.close()

@@ -1,0 +1,139 @@
+"""The GPU rows of a scope, aggregated in SQL: kernels per name, copies per direction, launch figures.
+
+A GPU row belongs to a scope by its anchor: the start of the call that launched it, or its own
+start when the launch is not in the trace. ``occupancy_pct`` is weighted by execution time;
+NCCL kernels (which occupy SMs while they wait) are left out of the occupancy figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from traceconv.analyses.prepare import NO_OP
+from traceconv.analyses.results import Copies, CopyOpTally, LaunchFacts
+from traceconv.analyses.source import Source
+
+TOP_OPS = 5
+GPU = (
+    "SELECT coalesce(trace_id, '') AS trace_id, event_id, kind, name, short_name, start_ns, end_ns, dur_ns, device, "
+    "launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, occupancy_pct, bytes, "
+    "copy_kind, src_kind, dst_kind, coalesce(launch_start_ns, start_ns) AS anchor FROM events "
+    "WHERE kind IN ('kernel', 'memcpy', 'memset')"
+)
+
+
+def in_scope(rows_sql: str, windows: str, time: str) -> str:
+    """The rows of ``rows_sql`` whose ``time`` lies in one of the (sorted, disjoint) ``windows``."""
+    return f"SELECT x.* FROM ({rows_sql}) x ASOF JOIN {windows} w ON x.{time} >= w.s WHERE x.{time} <= w.e"
+
+
+def gpu_time(source: Source, scoped: str) -> int:
+    return int(source.scalar(f"SELECT total(dur_ns) FROM ({scoped})"))
+
+
+def kernel_table(source: Source, scoped: str) -> pd.DataFrame:
+    """Kernels per name: count, execution total and mean, queue total and mean, share of the kernels' time."""
+    out = source.frame(
+        "SELECT coalesce(name, '(unnamed)') AS name, count(*) AS count, total(dur_ns) AS dur_ns, "
+        "total(queue_ns) AS queue_ns, count(queue_ns) AS queued, "
+        "min_by(short_name, event_id) FILTER (WHERE short_name IS NOT NULL) AS short_name, "
+        "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_w, "
+        "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_t "
+        f"FROM ({scoped}) WHERE kind = 'kernel' GROUP BY 1"
+    )
+    out["occupancy_pct"] = (out["occ_w"] / out["occ_t"].where(out["occ_t"] > 0)).astype("float64")
+    out["avg_ns"] = out["dur_ns"] / out["count"]
+    out["queue_avg_ns"] = (out["queue_ns"] / out["queued"]).where(out["queued"] > 0).astype("float64")
+    total = out["dur_ns"].sum()
+    out["time_pct"] = out["dur_ns"] * 100.0 / total if total else 0.0
+    out = out[
+        ["name", "count", "dur_ns", "queue_ns", "short_name", "occupancy_pct", "avg_ns", "queue_avg_ns", "time_pct"]
+    ]
+    ordered: pd.DataFrame = out.sort_values(["dur_ns", "count", "name"], ascending=[False, False, True], kind="stable")
+    result: pd.DataFrame = ordered.reset_index(drop=True)
+    return result
+
+
+def copies(source: Source, scoped: str, gpu_ns: int) -> dict[str, Copies]:
+    """Per copy direction: count, bytes, time, bandwidth, share of GPU time, host memory kind, issuing ops."""
+    rows = source.arrow(
+        "SELECT coalesce(copy_kind, 'Unknown') AS dir, count(*) AS n, total(bytes) AS size, "
+        "total(dur_ns) AS dur, count(*) FILTER (WHERE src_kind = 'Pageable' OR dst_kind = 'Pageable') "
+        "AS pageable, count(*) FILTER (WHERE src_kind = 'Pinned' OR dst_kind = 'Pinned') AS pinned "
+        f"FROM ({scoped}) WHERE kind = 'memcpy' GROUP BY 1 ORDER BY 1"
+    ).to_pylist()
+    ops = _copy_ops(source, scoped)
+    return {
+        str(r["dir"]): Copies(
+            count=int(r["n"]),
+            bytes=int(r["size"]),
+            dur_ns=int(r["dur"]),
+            bandwidth_gbps=round(r["size"] / r["dur"], 2) if r["dur"] else None,
+            gpu_time_pct=round(r["dur"] * 100.0 / gpu_ns, 2) if gpu_ns else 0.0,
+            pageable_count=int(r["pageable"]),
+            pinned_count=int(r["pinned"]),
+            ops=ops.get(str(r["dir"]), []),
+        )
+        for r in rows
+    }
+
+
+def _copy_ops(source: Source, scoped: str) -> dict[str, list[CopyOpTally]]:
+    """Per direction, the operators (and the annotation around them) that issued the copies, most time first."""
+    rows = source.frame(
+        "SELECT coalesce(c.copy_kind, 'Unknown') AS dir, coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
+        "count(*) AS count, total(c.dur_ns) AS dur_ns, total(c.bytes) AS bytes, "
+        "min(c.event_id) AS first "
+        f"FROM ({scoped}) c LEFT JOIN labels l ON l.name = c.op_name "
+        "LEFT JOIN copy_nodes n ON n.trace_id = c.trace_id AND n.event_id = c.event_id "
+        "LEFT JOIN regions r ON r.trace_id = n.trace_id AND r.event_id = n.node "
+        "WHERE c.kind = 'memcpy' GROUP BY ALL ORDER BY dir, dur_ns DESC, count DESC, first",
+        [NO_OP],
+    )
+    out: dict[str, list[CopyOpTally]] = {}
+    for direction, part in rows.groupby("dir", sort=False):
+        out[str(direction)] = [
+            CopyOpTally(str(r.op), _region(r.region, r.op), int(r.count), int(r.dur_ns), int(r.bytes))
+            for r in part.head(TOP_OPS).itertuples()
+        ]
+    return out
+
+
+def _region(region: Any, op: Any) -> str | None:
+    return str(region) if region and region != op else None
+
+
+def launch_facts(source: Source, scoped: str) -> LaunchFacts:
+    """Kernel launch figures: queue median, kernels shorter than their own launch call, occupancy."""
+    f = source.arrow(
+        "WITH k AS (SELECT name, dur_ns, queue_ns, occupancy_pct, launch_end_ns - launch_start_ns AS api "
+        f"FROM ({scoped}) WHERE kind = 'kernel') SELECT count(*) AS kernels, count(api) AS launched, "
+        "count(*) FILTER (WHERE dur_ns < api) AS tiny, median(dur_ns) FILTER (WHERE dur_ns < api) AS tiny_med, "
+        "median(api) AS api_med, median(queue_ns) AS queue_med, count(queue_ns) AS queued, "
+        "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_w, "
+        "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_t, count(*) FILTER (WHERE occ) AS occ_n "
+        "FROM (SELECT *, occupancy_pct IS NOT NULL AND NOT starts_with(lower(coalesce(name, '')), 'nccl') AS occ "
+        "FROM k)"
+    ).to_pylist()[0]
+    tiny = source.arrow(
+        f"SELECT coalesce(name, 'None') AS name, count(*) AS n, min(event_id) AS first FROM ({scoped}) "
+        "WHERE kind = 'kernel' AND dur_ns < launch_end_ns - launch_start_ns GROUP BY 1 ORDER BY n DESC, first LIMIT 3"
+    ).to_pylist()
+    return LaunchFacts(
+        kernels=int(f["kernels"]),
+        launched=int(f["launched"]),
+        shorter_than_launch=int(f["tiny"]),
+        tiny_median_ns=_round(f["tiny_med"]),
+        launch_median_ns=_round(f["api_med"]),
+        tiny_names={str(r["name"]): int(r["n"]) for r in tiny},
+        queue_median_ns=_round(f["queue_med"]),
+        queued=int(f["queued"]),
+        occupancy_pct=float(f["occ_w"] / f["occ_t"]) if f["occ_t"] else None,
+        occupancy_kernels=int(f["occ_n"]),
+    )
+
+
+def _round(v: Any) -> int | None:
+    return None if v is None else round(float(v))

@@ -1,0 +1,237 @@
+"""Everything a summary measures, for each of its scopes (the whole window, the steps), out of core.
+
+The host ranges' trees are walked once for every scope (:mod:`traceconv.analyses.tree`); the
+GPU rows, copies, syncs and busy time are DuckDB queries (:mod:`~traceconv.analyses.gpu`,
+:mod:`~traceconv.analyses.syncs`, :mod:`~traceconv.analyses.busy`). A row belongs to a scope by
+its anchor time: GPU work by the start of the call that launched it (its own start when the
+launch is not in the trace), host ranges and syncs by their start. GPU busy time is the union
+of a device's kernels, copies and memsets, clipped to the scope's windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traceconv.analyses import busy as B
+from traceconv.analyses import gpu as G
+from traceconv.analyses import intervals as I
+from traceconv.analyses import syncs as Y
+from traceconv.analyses.idle import verdict
+from traceconv.analyses.prepare import HOST_RANGES, Facts
+from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, LaunchFacts, Syncs
+from traceconv.analyses.source import Source
+from traceconv.analyses.thresholds import Thresholds
+from traceconv.analyses.tree import KIND_CODES, Trees, walk
+
+
+@dataclass(frozen=True)
+class Scope:
+    name: str  # "window" or "steps"
+    start_ns: I.I64
+    end_ns: I.I64
+    steps: int  # how many steps the scope holds (1 for a window without steps)
+    label: str | None = None  # the steps' name, number as "*"
+
+    @property
+    def window_ns(self) -> int:
+        return I.length(self.start_ns, self.end_ns)
+
+    @property
+    def step_ns(self) -> int:
+        """The time of one step: the median step (the whole window without steps)."""
+        if self.name != "steps":
+            return self.window_ns
+        return round(float(np.median(self.end_ns - self.start_ns)))
+
+
+def window_scope(facts: Facts) -> Scope:
+    lo, hi = facts.window
+    return Scope("window", np.array([lo], np.int64), np.array([hi], np.int64), 1)
+
+
+def step_scope(facts: Facts) -> Scope | None:
+    s = facts.steps
+    if s is None:
+        return None
+    return Scope("steps", s.start_ns, s.end_ns, s.count, s.label)
+
+
+@dataclass(frozen=True)
+class ScopeStats:
+    scope: Scope
+    gpu: dict[str, DeviceTime]
+    bound: Bound
+    gpu_time_ns: int  # summed durations of the GPU rows in scope (streams that overlap count twice)
+    ops: pd.DataFrame
+    nvtx: pd.DataFrame
+    kernels: pd.DataFrame
+    memcpy: dict[str, Copies]
+    sync: Syncs
+    launch: LaunchFacts
+
+
+def measure(
+    source: Source, facts: Facts, scopes: Sequence[Scope], thresholds: Thresholds
+) -> tuple[list[ScopeStats], Trees]:
+    """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
+    windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
+    Y.prepare_calls(source)
+    copy_nodes(source)
+    sweeps = B.sweep(
+        source,
+        "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL",
+        f"SELECT start_ns AS s, end_ns AS e FROM ({HOST_RANGES}) WHERE kind = 'cuda_api' AND end_ns IS NOT NULL",
+        windows,
+    )
+    query, traces = tree_stream(source, facts)
+    trees = walk(source.batches(query), windows, facts.label_names, traces)
+    source.register("regions", _regions(trees))
+    out = []
+    for k, (scope, segments) in enumerate(zip(scopes, windows, strict=True)):
+        name = f"scope_{k}"
+        source.register(
+            name, pa.table({"s": pa.array(segments[0], pa.int64()), "e": pa.array(segments[1], pa.int64())})
+        )
+        out.append(_measure(source, facts, scope, name, trees, k, sweeps[k], thresholds))
+    return out, trees
+
+
+def _measure(
+    source: Source,
+    facts: Facts,
+    scope: Scope,
+    windows: str,
+    trees: Trees,
+    k: int,
+    swept: tuple[dict[str, DeviceTime], IdleBreakdown],
+    thresholds: Thresholds,
+) -> ScopeStats:
+    scoped = G.in_scope(G.GPU, windows, "anchor")
+    gpu_ns = G.gpu_time(source, scoped)
+    launch = G.launch_facts(source, scoped)
+    busy, idle = swept
+    calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", windows, "start_ns")
+    return ScopeStats(
+        scope=scope,
+        gpu=busy,
+        bound=_bound(busy, idle, launch, thresholds),
+        gpu_time_ns=gpu_ns,
+        ops=trees.op_table(k),
+        nvtx=trees.nvtx_table(k),
+        kernels=G.kernel_table(source, scoped),
+        memcpy=G.copies(source, scoped, gpu_ns),
+        sync=Y.tally(source, calls, facts.last_anchor),
+        launch=launch,
+    )
+
+
+def _bound(busy: dict[str, DeviceTime], idle: IdleBreakdown, launch: LaunchFacts, t: Thresholds) -> Bound:
+    """The verdict (:mod:`traceconv.analyses.idle`), the GPUs' busy share, and their idle time by
+    cause; ``idle_in_api_pct``: the share of the idle time the host spent inside CUDA calls."""
+    window = sum(d.window_ns for d in busy.values())
+    if not window:
+        return Bound(verdict="no GPU activity", gpu_busy_pct=0.0, idle_in_api_pct=None, idle_ns=idle)
+    busy_ns = sum(d.busy_ns for d in busy.values())
+    pct = busy_ns * 100.0 / window
+    queue_wait = (
+        launch.queue_median_ns is not None
+        and launch.kernels >= t.min_kernels
+        and launch.queue_median_ns / 1e3 >= t.QUEUE_WAIT
+    )
+    return Bound(
+        verdict=verdict(pct, idle, queue_wait, t.gpu_bound_pct),
+        gpu_busy_pct=round(pct, 1),
+        idle_in_api_pct=idle.pct(idle.host_sync + idle.host_launch) if idle.total > 0 else None,
+        idle_ns=idle,
+    )
+
+
+def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
+    """The query of the host ranges with what the trees' pass needs, in (thread, start, longest
+    first) order, and the trace ids its ``trace`` codes stand for.
+
+    Each step is a temporary table of integer columns, so that no query holds more than one
+    join or sort at a time and DuckDB can spill each within its memory budget.
+    """
+    traces = source.arrow("SELECT DISTINCT coalesce(trace_id, '') AS t FROM events ORDER BY t")["t"].to_pylist()
+    source.register("trace_codes", pa.table({"trace_id": pa.array(traces, pa.string()), "tc": range(len(traces))}))
+    kinds = " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KIND_CODES))
+    source.table(
+        "tree_ranges",
+        f"SELECT c.tc, r.event_id, CAST(CASE r.kind {kinds} END AS TINYINT) AS kind, r.name, r.start_ns, "
+        f"coalesce(r.end_ns, {facts.last_end}) AS end_ns, r.dur_ns, "
+        "CAST(hash(r.trace_id, r.pid, r.tid) >> 1 AS BIGINT) AS thread, r.pid "
+        f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id)",
+    )
+    source.table(
+        "tree_gpu",
+        "SELECT c.tc, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
+        "rl.event_id AS launch_node, rl.pid AS launch_pid, ro.event_id AS op_node "
+        "FROM events g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
+        "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id "
+        "LEFT JOIN tree_ranges ro ON ro.tc = c.tc AND ro.event_id = g.op_event_id "
+        "WHERE g.kind IN ('kernel', 'memcpy', 'memset') AND (rl.event_id IS NOT NULL OR ro.event_id IS NOT NULL)",
+    )
+    source.table(
+        "tree_gpu_sums",
+        "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, bool_or(wanted) AS wanted "
+        "FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, false AS wanted FROM tree_gpu "
+        "WHERE op_node IS NOT NULL UNION ALL SELECT tc, coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu "
+        "UNION ALL SELECT c.tc, s.event_id, 0, 0, true FROM sync_calls s JOIN trace_codes c USING (trace_id) "
+        "WHERE NOT s.activity) GROUP BY ALL",
+    )
+    source.table(
+        "tree_launches",
+        "SELECT tc, launch_pid AS pid, launch_start_ns AS t, CAST(sum(isum(d)) OVER "
+        "(PARTITION BY tc, launch_pid ORDER BY launch_start_ns) AS BIGINT) AS cum FROM tree_gpu "
+        "WHERE launch_node IS NOT NULL AND launch_start_ns IS NOT NULL GROUP BY tc, launch_pid, launch_start_ns",
+    )
+    source.table(
+        "tree_process",
+        "WITH nv AS (SELECT tc, event_id, pid, start_ns, end_ns FROM tree_ranges WHERE kind = 1), "
+        "upto AS (SELECT nv.tc, nv.event_id, e.cum FROM nv ASOF LEFT JOIN tree_launches e "
+        "ON nv.tc = e.tc AND nv.pid = e.pid AND nv.end_ns >= e.t), "
+        "before AS (SELECT nv.tc, nv.event_id, b.cum FROM nv ASOF LEFT JOIN tree_launches b "
+        "ON nv.tc = b.tc AND nv.pid = b.pid AND nv.start_ns > b.t) "
+        "SELECT u.tc, u.event_id, coalesce(u.cum, 0) - coalesce(b.cum, 0) AS process_gpu "
+        "FROM upto u JOIN before b USING (tc, event_id)",
+    )
+    source.run("DROP TABLE tree_gpu")
+    query = (
+        "SELECT r.tc AS trace, r.event_id, r.kind, coalesce(l.id, -1) AS label, r.kind < 2 AS is_op, "
+        "coalesce(l.is_step, false) AND r.kind < 2 AS is_step, r.kind = 1 AND NOT coalesce(l.is_step, false) "
+        "AS is_region, r.start_ns, r.end_ns, r.dur_ns, r.thread, coalesce(g.self_gpu, 0) AS self_gpu, "
+        "coalesce(g.first_gpu, 0) AS first_gpu, coalesce(p.process_gpu, 0) AS process_gpu, "
+        "coalesce(g.wanted, false) AS wanted FROM tree_ranges r LEFT JOIN labels l ON l.name = r.name "
+        "LEFT JOIN tree_gpu_sums g USING (tc, event_id) LEFT JOIN tree_process p USING (tc, event_id) "
+        "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
+    )
+    return query, traces
+
+
+def copy_nodes(source: Source) -> None:
+    """The table ``copy_nodes``: each memcpy row's first node (its launching call, else its operator)."""
+    source.table(
+        "copy_nodes",
+        f"WITH r AS (SELECT trace_id, event_id FROM ({HOST_RANGES})) "
+        "SELECT coalesce(g.trace_id, '') AS trace_id, g.event_id, coalesce(rl.event_id, ro.event_id) AS node "
+        "FROM events g LEFT JOIN r rl ON rl.trace_id = coalesce(g.trace_id, '') AND rl.event_id = g.launch_event_id "
+        "LEFT JOIN r ro ON ro.trace_id = coalesce(g.trace_id, '') AND ro.event_id = g.op_event_id "
+        "WHERE g.kind = 'memcpy'",
+    )
+
+
+def _regions(trees: Trees) -> pa.Table:
+    keys = list(trees.regions)
+    return pa.table(
+        {
+            "trace_id": pa.array([k[0] for k in keys], pa.string()),
+            "event_id": pa.array([k[1] for k in keys], pa.int64()),
+            "region": pa.array(list(trees.regions.values()), pa.string()),
+        }
+    )

@@ -1,0 +1,162 @@
+"""The unified events of an input as one DuckDB view, ``events``: what every analysis queries.
+
+Parquet files (a traceconv file, a dataset directory, several of them) are read where they
+lie: a query reads only the columns and row groups it needs, and DuckDB aggregates, sorts and
+joins within a bounded memory budget, spilling to a temporary folder beyond it. An Arrow table
+in memory (``traceconv.read``) is queried in place. DuckDB runs on every core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from traceconv import schema as S
+from traceconv.errors import ResourceError, UsageError
+
+# DuckDB's working memory: enough for the group-bys and the sorts of a large trace without
+# spilling much, small enough that an analysis stays flat as traces grow (bench/README.md).
+MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "256MB")
+
+
+class Source:
+    """An input's events as the view ``events`` (columns of the unified schema) on a DuckDB connection."""
+
+    def __init__(self, data: pa.Table | Sequence[Path], name: str = "") -> None:
+        self.name = name
+        self._closers: list[Callable[[], object]] = []
+        self.con = duckdb.connect(config={"threads": os.cpu_count() or 1})
+        self.run(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        # One spill folder per Source (processes never share one), made by DuckDB only if it spills,
+        # removed on close or, for a Source nobody closed, when it is collected or Python exits.
+        spill = os.path.join(tempfile.gettempdir(), f"traceconv-duckdb-{uuid.uuid4().hex}")
+        self.on_close(weakref.finalize(self, shutil.rmtree, spill, True))
+        self.run(f"SET temp_directory = '{_quoted(spill)}'")
+        self.run("SET preserve_insertion_order = false")
+        # Sums of int64 are HUGEINT in DuckDB: back to int64 nanoseconds and bytes.
+        self.run("CREATE MACRO total(x) AS CAST(coalesce(sum(x), 0) AS BIGINT)")
+        self.run("CREATE MACRO isum(x) AS CAST(sum(x) AS BIGINT)")
+        if isinstance(data, pa.Table):
+            self.columns = tuple(data.column_names)
+            self.con.register("events_table", data)
+            self.run("CREATE VIEW events AS SELECT * FROM events_table")
+        else:
+            files = ", ".join(f"'{_quoted(str(p))}'" for p in data)
+            self.columns = S.NAMES
+            self.run(f"CREATE VIEW events AS SELECT * FROM read_parquet([{files}], union_by_name = true)")
+
+    def run(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """A statement whose result nobody reads, run to its end."""
+        with _memory_errors():
+            self.con.execute(sql, params or []).fetchall()
+
+    def has(self, column: str) -> bool:
+        return column in self.columns
+
+    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        with _memory_errors():
+            rel: Any = self.con.sql(sql, params=list(params) if params else None)
+            if rel is None:  # a statement without a result
+                return pa.table({})
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # DuckDB 2 renamed it
+            result: pa.Table = fetch()
+        return result
+
+    def frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
+        """A query's result as pandas (nullable integers stay integers)."""
+        table = self.arrow(sql, params)
+        out: pd.DataFrame = table.to_pandas(types_mapper=_nullable)
+        return out
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        with _memory_errors():
+            rows = self.con.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    def batches(self, sql: str, rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
+        """A query's result a bounded batch at a time, in its order."""
+        with _memory_errors():
+            rel: Any = self.con.sql(sql)
+            if rel is None:  # a statement without a result
+                return
+            reader: pa.RecordBatchReader = (
+                rel.to_arrow_reader(rows) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(rows)
+            )
+            yield from reader
+
+    def table(self, name: str, sql: str, params: Sequence[Any] | None = None) -> None:
+        """Materialise a query as a temporary table (DuckDB keeps it in its buffer pool, spilling if needed)."""
+        self.run(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
+
+    def register(self, name: str, data: pa.Table | pd.DataFrame) -> None:
+        """A small table of ours (windows, name labels) that queries can join."""
+        self.con.register(name, data)
+
+    def on_close(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` when the Source is closed (remove the files it was made of ...)."""
+        self._closers.append(callback)
+
+    def close(self) -> None:
+        self.con.close()
+        while self._closers:
+            self._closers.pop()()
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_query(source: Source, sql: str, rows: int = 1 << 16) -> Iterator[pa.RecordBatch]:
+    """A user's query, its result a batch at a time; a query DuckDB refuses is a one-line UsageError."""
+    try:
+        yield from source.batches(sql, rows)
+    except duckdb.Error as exc:
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            raise
+        raise UsageError(
+            None,
+            f"the query failed: {query_error(exc)}",
+            f'the inputs are the view events; `traceconv sql "DESCRIBE events" {source.name}` lists its columns',
+        ) from exc
+
+
+def query_error(exc: duckdb.Error) -> str:
+    """DuckDB's message for a user's query on one line (it spans several, with a caret under the place)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and set(line.strip()) != {"^"}]
+    return "; ".join(lines)
+
+
+@contextlib.contextmanager
+def _memory_errors() -> Iterator[None]:
+    """DuckDB out of its memory budget: a one-line error that says how to give it more."""
+    try:
+        yield
+    except duckdb.OutOfMemoryException as exc:
+        raise ResourceError(
+            None,
+            f"the analysis needs more than TRACECONV_MEMORY={MEMORY_LIMIT} ({query_error(exc)})",
+            "set TRACECONV_MEMORY higher (e.g. TRACECONV_MEMORY=2GB) and run it again",
+        ) from exc
+
+
+def _quoted(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _nullable(typ: pa.DataType) -> Any:
+    if pa.types.is_integer(typ):
+        return {8: pd.Int8Dtype(), 16: pd.Int16Dtype(), 32: pd.Int32Dtype(), 64: pd.Int64Dtype()}[typ.bit_width]
+    return None

@@ -1,0 +1,122 @@
+"""Host-blocking synchronisations, in SQL: which calls block, which of them stage a pageable copy,
+and their count, time and causes per scope; and the allocator's peaks.
+
+A sync is a CUDA/HIP call that blocks the calling host thread until the GPU catches up
+(:data:`SYNC_CALL`), or a sync activity row whose call is not in the trace (CUPTI also records
+syncs for ``cudaEventQuery``, which only polls: a row whose call is in the trace is that call).
+Rows of type ``stream_wait_event`` block a stream, not the host. *Staging*: a stream synchronize
+whose previous call on the same thread launched an HtoD copy from pageable (or unknown) memory,
+as PyTorch's blocking ``.to(device)`` does, or a synchronous copy call that launched one itself;
+every other sync is a *result wait*. A sync after which the host launched more GPU work
+stalls the GPU's queue (``stalls``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from traceconv.analyses.prepare import HOST_RANGES, NO_OP
+from traceconv.analyses.results import CallTally, MemoryPeak, OpTally, StagingTally, Syncs, SyncTally
+from traceconv.analyses.source import Source
+
+SYNC_CALL = re.compile(
+    r"^(cuda|hip)(Stream|Device|Event|Ctx|Thread)Synchronize"
+    r"|^cu(Stream|Ctx|Event)Synchronize"
+    r"|^(cuda|hip|cu)Memcpy(?!.*Async)"
+)
+STREAM_SYNC = re.compile(r"^(cuda|hip|cu)StreamSynchronize")
+_VERSION = re.compile(r"_v\d+$")  # nsys names calls with their ABI version: cudaMemcpy_v3020
+TOP_OPS = 5
+
+
+def prepare_calls(source: Source) -> None:
+    """The table ``sync_calls``: every host-blocking sync of the input, classified (see the module)."""
+    names = source.arrow(f"SELECT DISTINCT name FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'")["name"].to_pylist()
+    plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
+    source.register(
+        "api_names",
+        pd.DataFrame(
+            {
+                "name": pd.Series(names, dtype=object),
+                "plain": pd.Series(plain, dtype=object),
+                "blocks": [bool(SYNC_CALL.match(p)) for p in plain],
+                "stream_sync": [bool(STREAM_SYNC.match(p)) for p in plain],
+            }
+        ),
+    )
+    source.table(
+        "sync_calls",
+        f"WITH api AS (SELECT * FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'), "
+        "ordered AS (SELECT a.*, lag(event_id) OVER t AS prev_id, lag(dur_ns) OVER t AS prev_dur FROM api a "
+        "WINDOW t AS (PARTITION BY trace_id, pid, tid ORDER BY start_ns, coalesce(end_ns, 0), event_id)), "
+        "staged AS (SELECT coalesce(trace_id, '') AS trace_id, launch_event_id AS event_id, "
+        "isum(coalesce(bytes, 0)) AS size FROM events WHERE kind = 'memcpy' AND copy_kind = 'HtoD' "
+        "AND (src_kind IS NULL OR src_kind IN ('Pageable', 'Unknown')) AND launch_event_id IS NOT NULL GROUP BY ALL), "
+        "calls AS (SELECT o.*, n.plain, n.blocks, n.stream_sync, own.size AS own_size, before.size AS prev_size "
+        "FROM ordered o JOIN api_names n ON n.name = o.name "
+        "LEFT JOIN staged own ON own.trace_id = o.trace_id AND own.event_id = o.event_id "
+        "LEFT JOIN staged before ON before.trace_id = o.trace_id AND before.event_id = o.prev_id) "
+        "SELECT trace_id, event_id, plain AS name, start_ns, end_ns, dur_ns, op_name, "
+        "own_size IS NOT NULL OR (stream_sync AND prev_size IS NOT NULL) AS staging, "
+        "CASE WHEN own_size IS NOT NULL THEN own_size WHEN stream_sync THEN prev_size END AS copy_bytes, "
+        "CASE WHEN own_size IS NULL AND stream_sync AND prev_size IS NOT NULL THEN coalesce(prev_dur, 0) "
+        "ELSE 0 END AS copy_call_ns, false AS activity FROM calls WHERE blocks "
+        "UNION ALL SELECT coalesce(trace_id, '') AS trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, "
+        "false, NULL, 0, true FROM events s WHERE kind = 'sync' "
+        "AND (sync_type IS NULL OR sync_type <> 'stream_wait_event') AND NOT (correlation_id IS NOT NULL "
+        "AND EXISTS (SELECT 1 FROM api a WHERE a.correlation_id = s.correlation_id))",
+    )
+
+
+def tally(source: Source, scoped: str, last_launch: int | None) -> Syncs:
+    """Count and blocked time of the syncs in ``scoped`` (a query over ``sync_calls``), by call and by the
+    operator that caused them, in all and for each kind."""
+    calls = source.frame(
+        "SELECT c.name, c.dur_ns, c.staging, c.copy_bytes, c.copy_call_ns, c.event_id, c.activity, "
+        "coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
+        "coalesce(c.end_ns < ?, false) AS stall "
+        f"FROM ({scoped}) c LEFT JOIN labels l ON l.name = c.op_name "
+        "LEFT JOIN regions r ON r.trace_id = c.trace_id AND r.event_id = c.event_id AND NOT c.activity "
+        "ORDER BY c.activity, c.trace_id, c.event_id",
+        [NO_OP, last_launch if last_launch is not None else -1],
+    )
+    staged = calls["staging"].to_numpy(bool)
+    part = calls[staged]
+    return Syncs(
+        **_tally(calls),
+        result_waits=SyncTally(**_tally(calls[~staged])),
+        staging=StagingTally(
+            **_tally(part),
+            bytes=int(part["copy_bytes"].fillna(0).sum()),
+            copy_call_ns=int(part["copy_call_ns"].sum()),
+        ),
+    )
+
+
+def _tally(calls: pd.DataFrame) -> dict[str, Any]:
+    """The fields of a :class:`SyncTally` for ``calls``."""
+    by_call = calls.groupby("name", sort=False)["dur_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+    g = calls.groupby(["op", "region"], sort=False)
+    ops = g["dur_ns"].agg(["size", "sum"]).sort_values(["sum", "size"], ascending=False).head(TOP_OPS)
+    return {
+        "count": len(calls),
+        "dur_ns": int(calls["dur_ns"].fillna(0).sum()),
+        "stalls": int(calls["stall"].sum()),
+        "calls": [CallTally(str(n), int(r["size"]), int(r["sum"])) for n, r in by_call.iterrows()],
+        "ops": [
+            OpTally(str(op), str(region) if region and region != op else None, int(r["size"]), int(r["sum"]))
+            for (op, region), r in ops.iterrows()
+        ],
+    }
+
+
+def memory_peaks(source: Source) -> dict[str, MemoryPeak]:
+    """Peak allocated and reserved bytes per device (``cpu`` for host allocations) from allocator events."""
+    rows = source.arrow(
+        "SELECT coalesce(CAST(device AS VARCHAR), 'cpu') AS dev, max(total_allocated_bytes) AS allocated, "
+        "max(total_reserved_bytes) AS reserved FROM events WHERE kind = 'memory' GROUP BY 1 ORDER BY 1"
+    ).to_pylist()
+    return {str(r["dev"]): MemoryPeak(int(r["allocated"] or 0), int(r["reserved"] or 0)) for r in rows}
