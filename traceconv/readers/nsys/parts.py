@@ -45,7 +45,9 @@ class Part:
     gpid: I64  # global process id (gtid with the thread bits cleared), else NONE
     corr: I64  # correlation id, else NONE
     push_pop: Bools | None = None  # NVTX rows that are push/pop ranges (op links)
-    notes: list[str] = field(default_factory=list)
+    # Note (a format string of one count) -> the rows it counts: summed over a table's batches,
+    # and written once the whole table is read.
+    tallies: dict[str, int] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -62,7 +64,7 @@ class Part:
             self.gpid[order],
             self.corr[order],
             None if self.push_pop is None else self.push_pop[order],
-            self.notes,
+            self.tallies,
         )
 
 
