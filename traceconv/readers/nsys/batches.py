@@ -42,14 +42,18 @@ class Plan:
 
 def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...]) -> Plan:
     """The plan for ``table``, ordered by the first of ``keys`` it has (none: read whole, sorted in memory)."""
-    rows, lo, hi = db.layout(table)
+    lo, hi = db.extent(table)
     have = db.columns(table)
     key = next((k for k in keys if k in have or k == "rowid"), None)
-    if key is None or rows <= BATCH_ROWS:
-        return Plan(table, columns, rows)
-    if key == "rowid" or db.ascending(table, f"[{key}]"):
-        return Plan(table, columns, rows, [(a, min(a + BATCH_ROWS, hi + 1)) for a in range(lo, hi + 1, BATCH_ROWS)])
-    return Plan(table, columns, rows, key=f"[{key}]")
+    if key is None or hi - lo + 1 <= BATCH_ROWS:
+        return Plan(table, columns, db.count(table))
+    ranges = [(a, min(a + BATCH_ROWS, hi + 1)) for a in range(lo, hi + 1, BATCH_ROWS)]
+    if key == "rowid":
+        return Plan(table, columns, db.count(table), ranges)
+    pairs, ordered = db.in_order(table, f"[{key}]")
+    if pairs == hi - lo and ordered:  # no gap, in order
+        return Plan(table, columns, hi - lo + 1, ranges)
+    return Plan(table, columns, db.count(table), key=f"[{key}]")
 
 
 class Reads:

@@ -3,9 +3,9 @@
 GPU work is linked to its call by correlation id *within the process* (``nsys stats``'
 key); exports before globalPid was written on GPU rows link by correlation id alone. The calls
 arrive a batch at a time, in event order; each batch becomes a *run*: its calls sorted by key
-(process code << 40 | correlation id), written to a temporary file as fixed-size records with
-what a GPU row takes from its call. Memory holds, per run and process, only the first and last
-key and every :data:`SAMPLE`-th key, so that a lookup reads only the records around its keys.
+(process code << 40 | correlation id), written to a temporary file one field after another,
+with what a GPU row takes from its call. Memory holds, per run and process, only the first and
+last key and every :data:`SAMPLE`-th key, so that a lookup reads only the records around its keys.
 
 A lookup finds the first call in event order with the key (as a search of all calls would):
 runs are searched in order, and within a run the sort is stable. CUPTI numbers calls in the
@@ -17,40 +17,39 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
-import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceconv.readers.arrow_util import I64
 
 CORR_BITS = 40  # a key is (process code << 40) | correlation id
 SAMPLE = 512  # every SAMPLE-th key of a run is kept in memory
-RECORD = np.dtype(
-    [
-        ("key", "<i8"),
-        ("pos", "<i8"),  # the call's row among the calls (its event id less the table's first)
-        ("start", "<i8"),
-        ("end", "<i8"),
-        ("gtid", "<i8"),
-        ("op_eid", "<i8"),  # its NVTX range's event id, -1: none
-        ("name", "<i4"),  # code of its name
-        ("op_name", "<i4"),  # code of its range's name, -1: none
-    ]
-)
-Records = npt.NDArray[np.void]
+# What a GPU row takes from its call: its row among the calls (its event id less the table's
+# first), times, thread, name code, and its NVTX range (event id and name code, -1: none).
+FIELDS = ("key", "pos", "start", "end", "gtid", "name", "op_eid", "op_name")
+Calls = dict[str, I64]
 
 
-@dataclass
-class _Segments:
-    """Per run and process: the key range and where its records are (in records, not bytes)."""
+@dataclass(frozen=True)
+class _Segment:
+    """The calls of one process in one run: key range, where its fields are, sampled keys."""
 
-    lo: list[int] = field(default_factory=list)
-    hi: list[int] = field(default_factory=list)
-    offset: list[int] = field(default_factory=list)
-    count: list[int] = field(default_factory=list)
-    samples: list[I64] = field(default_factory=list)
+    lo: int
+    hi: int
+    offset: int  # bytes: where the run's fields begin in the file
+    run: int  # calls in the run (each field takes 8 bytes a call)
+    first: int  # the segment's first call within its run
+    count: int
+    samples: I64
+
+
+def nothing(n: int) -> Calls:
+    """``n`` answers of no call (every field -1)."""
+    return {f: np.full(n, -1, dtype=np.int64) for f in FIELDS}
 
 
 class LaunchIndex:
@@ -61,8 +60,8 @@ class LaunchIndex:
         self._procs: dict[int, int] = {}
         # Unnamed (removed at once): nothing is left behind, whatever stops the conversion.
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="traceconv-calls-", buffering=0)  # noqa: SIM115
-        self._records = 0
-        self._seg = _Segments()
+        self._size = 0
+        self._segments: list[_Segment] = []
         self._lo = np.empty(0, np.int64)
         self._hi = np.empty(0, np.int64)
         self.duplicates = 0  # calls that repeat the key of an earlier call
@@ -76,43 +75,42 @@ class LaunchIndex:
         ok = (corr > 0) & (corr < (1 << CORR_BITS))
         if not self.by_process:
             return np.where(ok, corr, -1)
-        distinct = np.unique(gpid)
+        enc = pc.dictionary_encode(pa.array(gpid))
+        distinct = enc.dictionary.to_pylist()
         if add:
-            for g in distinct.tolist():
+            for g in distinct:
                 self._procs.setdefault(g, len(self._procs))
-        codes = np.array([self._procs.get(g, -1) for g in distinct.tolist()], dtype=np.int64)
-        code = codes[np.searchsorted(distinct, gpid)] if len(gpid) else np.empty(0, np.int64)
+        lut = np.array([self._procs.get(g, -1) for g in distinct] + [-1], dtype=np.int64)
+        code = lut[np.asarray(enc.indices, dtype=np.int64)] if len(gpid) else np.empty(0, np.int64)
         return np.where(ok & (code >= 0), (code << CORR_BITS) | np.maximum(corr, 0), -1)
 
-    def add(self, records: Records) -> None:
+    def add(self, calls: Calls) -> None:
         """One batch of calls (``key`` -1: none), in event order."""
-        run = records[records["key"] >= 0]
-        run = run[np.argsort(run["key"], kind="stable")]
-        if not len(run):
+        keep = np.flatnonzero(calls["key"] >= 0)
+        keep = keep[np.argsort(calls["key"][keep], kind="stable")]
+        if not len(keep):
             return
+        run = {f: calls[f][keep] for f in FIELDS}
         keys = run["key"]
         first = np.concatenate(([True], keys[1:] != keys[:-1]))
-        self.duplicates += int((~first).sum()) + int((self._find(keys[first])["pos"] >= 0).sum())
+        self.duplicates += int((~first).sum()) + self._seen(keys[first])
         procs = keys >> CORR_BITS
         cuts = [0, *(np.flatnonzero(procs[1:] != procs[:-1]) + 1).tolist(), len(keys)]
         for a, b in itertools.pairwise(cuts):
-            self._seg.lo.append(int(keys[a]))
-            self._seg.hi.append(int(keys[b - 1]))
-            self._seg.offset.append(self._records + a)
-            self._seg.count.append(b - a)
-            self._seg.samples.append(keys[a:b:SAMPLE].copy())
-        self._lo, self._hi = np.array(self._seg.lo, np.int64), np.array(self._seg.hi, np.int64)
-        data, at = memoryview(run.tobytes()), self._records * RECORD.itemsize
-        while data:
-            done = os.pwrite(self._file.fileno(), data, at)
-            data, at = data[done:], at + done
-        self._records += len(run)
+            samples = keys[a:b:SAMPLE].copy()
+            self._segments.append(_Segment(int(keys[a]), int(keys[b - 1]), self._size, len(keys), a, b - a, samples))
+        self._lo = np.array([s.lo for s in self._segments], np.int64)
+        self._hi = np.array([s.hi for s in self._segments], np.int64)
+        self._write(b"".join(run[f].tobytes() for f in FIELDS))
 
-    def find(self, keys: I64) -> Records:
-        """For each key, the record of the first call with it (``pos`` -1: none)."""
-        return self._find(keys)
+    def _seen(self, distinct: I64) -> int:
+        """How many of these keys earlier calls have."""
+        if not len(self._lo) or not ((self._lo <= distinct[-1]) & (self._hi >= distinct[0])).any():
+            return 0
+        return int((self.find(distinct)["pos"] >= 0).sum())
 
-    def _find(self, keys: I64) -> Records:
+    def find(self, keys: I64) -> Calls:
+        """For each key, the fields of the first call with it (every field -1: none)."""
         out = nothing(len(keys))
         if not len(keys) or not len(self._lo):
             return out
@@ -123,30 +121,29 @@ class LaunchIndex:
             probe = order[a[s] : b[s]]
             probe = probe[out["pos"][probe] < 0]  # an earlier run found it first
             if len(probe):
-                got = self._search(s, keys[probe])
-                hit = got["pos"] >= 0
-                out[probe[hit]] = got[hit]
+                at, got = self._search(self._segments[s], keys[probe])
+                for f in FIELDS:
+                    out[f][probe[at]] = got[f]
         return out
 
-    def _search(self, s: int, keys: I64) -> Records:
-        """The records of segment ``s`` with these keys (first of equal ones), ``pos`` -1 where none."""
-        samples = self._seg.samples[s]
-        lo = max(int(np.searchsorted(samples, keys.min(), "left")) - 1, 0) * SAMPLE
-        hi = min((int(np.searchsorted(samples, keys.max(), "right")) + 1) * SAMPLE, self._seg.count[s])
-        chunk = self._read(self._seg.offset[s] + lo, hi - lo)
-        at = np.minimum(np.searchsorted(chunk["key"], keys, "left"), len(chunk) - 1)
-        got = chunk[at]
-        got["pos"] = np.where(got["key"] == keys, got["pos"], -1)
-        return got
+    def _search(self, seg: _Segment, keys: I64) -> tuple[I64, Calls]:
+        """(which of ``keys`` the segment has, the fields of the first call with each of those)."""
+        lo = max(int(np.searchsorted(seg.samples, keys.min(), "left")) - 1, 0) * SAMPLE
+        hi = min((int(np.searchsorted(seg.samples, keys.max(), "right")) + 1) * SAMPLE, seg.count)
+        chunk = {f: self._read(seg, i, lo, hi) for i, f in enumerate(FIELDS)}
+        at = np.minimum(np.searchsorted(chunk["key"], keys, "left"), hi - lo - 1)
+        hit = np.flatnonzero(chunk["key"][at] == keys)
+        return hit, {f: chunk[f][at[hit]] for f in FIELDS}
 
-    def _read(self, first: int, count: int) -> Records:
-        data = os.pread(self._file.fileno(), count * RECORD.itemsize, first * RECORD.itemsize)
-        records: Records = np.frombuffer(data, RECORD).copy()
-        return records
+    def _read(self, seg: _Segment, field: int, lo: int, hi: int) -> I64:
+        """Calls ``[lo, hi)`` of the segment, one field."""
+        at = seg.offset + 8 * (field * seg.run + seg.first + lo)
+        data = os.pread(self._file.fileno(), 8 * (hi - lo), at)
+        return np.frombuffer(data, np.int64)
 
-
-def nothing(n: int) -> Records:
-    """``n`` records of no call: ``pos``, ``op_eid`` and ``op_name`` -1."""
-    out = np.zeros(n, RECORD)
-    out["pos"] = out["op_eid"] = out["op_name"] = -1
-    return out
+    def _write(self, data: bytes) -> None:
+        view, at = memoryview(data), self._size
+        while view:
+            done = os.pwrite(self._file.fileno(), view, at)
+            view, at = view[done:], at + done
+        self._size = at

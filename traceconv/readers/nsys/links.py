@@ -16,7 +16,7 @@ import pyarrow as pa
 from traceconv.readers.arrow_util import I64, from_codes
 from traceconv.readers.enclosing import innermost_enclosing
 from traceconv.readers.gpu_times import queue_and_wall
-from traceconv.readers.nsys.launches import Records
+from traceconv.readers.nsys.launches import Calls
 from traceconv.readers.nsys.parts import LOW24, NO_TIME, Col, DictCol, Part, arrow, as_dict
 
 
@@ -99,7 +99,7 @@ class Ranges:
         return {"op_event_id": pa.array(np.where(ok, eid, 0), mask=~ok), "op_name": self.names.array(name)}
 
 
-def launch_columns(calls: Records, gpu: Part, first_id: int, offset: int, names: Vocabulary) -> dict[str, Col]:
+def launch_columns(calls: Calls, gpu: Part, first_id: int, offset: int, names: Vocabulary) -> dict[str, Col]:
     """launch_* columns plus queue_ns and wall_ns (:mod:`traceconv.readers.gpu_times`) from each
     GPU row's call (``pos`` -1: none)."""
     missing = calls["pos"] < 0

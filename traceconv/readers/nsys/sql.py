@@ -117,27 +117,26 @@ class Database:
         with self.guard(table):
             return self.conn.execute(sql, params).fetchall()
 
-    def layout(self, table: str) -> tuple[int, int, int]:
-        """(rows, smallest rowid, largest rowid) of ``table``; (0, 0, -1) when it is empty or absent."""
+    def extent(self, table: str) -> tuple[int, int]:
+        """(smallest, largest rowid) of ``table``, from the ends of its B-tree; (0, -1) when empty or absent."""
         if table not in self.tables:
-            return 0, 0, -1
+            return 0, -1
+        sql = f"SELECT (SELECT min(rowid) FROM [{table}]), (SELECT max(rowid) FROM [{table}])"
         with self.guard(table):
-            n, lo, hi = self.conn.execute(f"SELECT count(*), min(rowid), max(rowid) FROM [{table}]").fetchone()
-        return (int(n), int(lo), int(hi)) if n else (0, 0, -1)
+            lo, hi = self.conn.execute(sql).fetchone()
+        return (int(lo), int(hi)) if lo is not None else (0, -1)
 
-    def ascending(self, table: str, key: str) -> bool:
-        """Whether the rows, in rowid order, are already in ``key`` order (nulls first, as
-        ``ORDER BY`` puts them) with no gap between rowids: then reading rowid ranges reads the
-        table in that order. SQLite compares each row with the next by rowid (no sort)."""
-        n, lo, hi = self.layout(table)
-        if n != hi - lo + 1:
-            return False
-        sql = (
-            f"SELECT EXISTS (SELECT 1 FROM [{table}] AS a JOIN [{table}] AS b ON b.rowid = a.rowid + 1 "
-            f"WHERE b.{key} < a.{key} OR (b.{key} IS NULL AND a.{key} IS NOT NULL))"
-        )
+    def in_order(self, table: str, key: str) -> tuple[int, bool]:
+        """(rows that have a row at the next rowid, whether every such next row comes later in
+        ``key`` order, nulls first as ``ORDER BY`` puts them). SQLite compares each row with the
+        next by rowid: a scan, no sort. With no gap between rowids, the first is rows - 1 and the
+        second says that reading rowid ranges reads the table in ``key`` order."""
+        inverted = f"b.{key} < a.{key} OR (b.{key} IS NULL AND a.{key} IS NOT NULL)"
+        pairs = f"[{table}] AS a JOIN [{table}] AS b ON b.rowid = a.rowid + 1"
+        sql = f"SELECT count(*), coalesce(max({inverted}), 0) FROM {pairs}"
         with self.guard(table):
-            return not self.conn.execute(sql).fetchone()[0]
+            pairs, unordered = self.conn.execute(sql).fetchone()
+        return int(pairs), not unordered
 
     def read(self, table: str, wanted: Sequence[str], rows: tuple[int, int] | None = None, where: str = "") -> pa.Table:
         """The columns of ``wanted`` that ``table`` has, as typed Arrow columns, in rowid order:

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.errors import InputError
 from traceconv.readers.arrow_util import I64, identity
 from traceconv.readers.base import Progress, TraceInfo
 from traceconv.readers.nsys.batches import Plan, Reads, plan
-from traceconv.readers.nsys.launches import RECORD, LaunchIndex, nothing
+from traceconv.readers.nsys.launches import LaunchIndex, nothing
 from traceconv.readers.nsys.links import Ranges, Vocabulary, launch_columns
 from traceconv.readers.nsys.meta import Names
 from traceconv.readers.nsys.nvtx import NVTX
@@ -125,15 +126,20 @@ class Stream:
         return cols
 
     def _add_calls(self, part: Part, op_eid: I64, op_name: I64) -> None:
-        records = np.zeros(part.n, RECORD)
-        records["pos"] = np.arange(self._api_rows, self._api_rows + part.n)
-        records["start"], records["end"], records["gtid"] = part.start, part.end, part.gtid
-        records["name"] = self.api_names.codes(part.cols["name"])
-        records["op_eid"], records["op_name"] = op_eid, op_name
-        self._gpids.update(np.unique(part.gpid).tolist())
+        calls = {
+            "pos": np.arange(self._api_rows, self._api_rows + part.n, dtype=np.int64),
+            "start": part.start,
+            "end": part.end,
+            "gtid": part.gtid,
+            "name": self.api_names.codes(part.cols["name"]),
+            "op_eid": op_eid,
+            "op_name": op_name,
+        }
+        if self._by_process and not all(self._by_process.values()):  # for the note on exports without globalPid
+            self._gpids.update(pc.unique(pa.array(part.gpid)).to_pylist())
         for index in self.calls.values():
-            records["key"] = index.keys(part.corr, part.gpid, add=True)
-            index.add(records)
+            calls["key"] = index.keys(part.corr, part.gpid, add=True)
+            index.add(calls)
         self._api_rows += part.n
 
     def _launches(self, part: Part, done: _Table) -> dict[str, Col]:
@@ -159,7 +165,7 @@ class Stream:
             cols = launch_columns(calls, part, self._first_api_id, self.offset, self.api_names)
         else:  # the table is there, without a call
             cols = {"launch_event_id": pa.array(np.zeros(part.n, np.int64), mask=np.ones(part.n, dtype=bool))}
-        cols.update(self.ranges.columns(calls["op_eid"], calls["op_name"].astype(np.int64)))
+        cols.update(self.ranges.columns(calls["op_eid"], calls["op_name"]))
         return cols
 
     def _count(self, key: str, n: int) -> None:
