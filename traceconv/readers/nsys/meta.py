@@ -44,6 +44,8 @@ _DESCRIPTIVE = (
     "ANALYSIS_",
     "UnwindMethodType",
     "NVTX_PAYLOAD_",
+    "GENERIC_EVENT_SOURCES",  # the types of generic events and GPU metrics
+    "GENERIC_EVENT_TYPE",
     "sqlite_",
 )
 

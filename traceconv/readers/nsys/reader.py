@@ -24,6 +24,7 @@ from traceconv.readers.nsys.meta import Names, check_export, export_version, gpu
 from traceconv.readers.nsys.nvtx import Domains
 from traceconv.readers.nsys.parts import Strings
 from traceconv.readers.nsys.privacy import environment
+from traceconv.readers.nsys.samples import MetricNames, Totals
 from traceconv.readers.nsys.sources import SOURCES, Context, Source
 from traceconv.readers.nsys.sql import Database
 from traceconv.readers.nsys.stream import Stream
@@ -57,7 +58,7 @@ class NsysReader:
             offset = self._describe(db)
             strings = Strings(db)
             present = self._present(db)
-            ctx = Context(db, strings, Enums(db), Domains(db, strings))
+            ctx = Context(db, strings, Enums(db), Domains(db, strings), MetricNames(db), Totals())
             stream = Stream(self.info, ctx, Names(db, strings), offset, self._progress)
             yield from stream.tables(present)
             if db.replaced:

@@ -12,6 +12,7 @@ from traceconv.readers.nsys.diagnostics import DIAGNOSTIC, diagnostic_columns, d
 from traceconv.readers.nsys.enums import Enums
 from traceconv.readers.nsys.nvtx import NVTX, Domains, nvtx, nvtx_columns
 from traceconv.readers.nsys.parts import Part, Strings
+from traceconv.readers.nsys.samples import MEMORY, METRICS, MetricNames, Totals, memory, memory_columns, metrics
 from traceconv.readers.nsys.sql import Database
 from traceconv.readers.nsys.tables import (
     API_USED,
@@ -49,6 +50,8 @@ class Context:
     strings: Strings
     enums: Enums
     domains: Domains
+    metrics: MetricNames
+    totals: Totals  # memory rows' running sums, carried across batches
 
 
 @dataclass(frozen=True)
@@ -79,4 +82,11 @@ SOURCES = (
     ),
     # A few dozen messages, some of whose times are dropped (host clock): read whole.
     Source(DIAGNOSTIC, diagnostic_columns, lambda t, c: diagnostics(t, c.db, c.enums), ()),
+    Source(MEMORY, memory_columns, lambda t, c: memory(t, c.enums, c.totals)),
+    Source(
+        METRICS,
+        lambda db: ["timestamp", "typeId", "metricId", "value"],
+        lambda t, c: metrics(t, c.metrics),
+        ("timestamp",),
+    ),
 )
