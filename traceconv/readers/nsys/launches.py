@@ -101,13 +101,18 @@ class LaunchIndex:
             self._segments.append(_Segment(int(keys[a]), int(keys[b - 1]), self._size, len(keys), a, b - a, samples))
         self._lo = np.array([s.lo for s in self._segments], np.int64)
         self._hi = np.array([s.hi for s in self._segments], np.int64)
-        self._write(b"".join(run[f].tobytes() for f in FIELDS))
+        for f in FIELDS:  # straight from each array's buffer
+            self._write(memoryview(run[f].data).cast("B"))
 
     def _seen(self, distinct: I64) -> int:
-        """How many of these keys earlier calls have."""
-        if not len(self._lo) or not ((self._lo <= distinct[-1]) & (self._hi >= distinct[0])).any():
-            return 0
-        return int((self.find(distinct)["pos"] >= 0).sum())
+        """How many of these (sorted, distinct) keys earlier calls have: only the keys inside an
+        earlier segment's range are searched (correlation ids grow with time: few or none)."""
+        a, b = np.searchsorted(distinct, self._lo, "left"), np.searchsorted(distinct, self._hi, "right")
+        inside = np.zeros(len(distinct) + 1, dtype=np.int64)
+        np.add.at(inside, a[b > a], 1)
+        np.add.at(inside, b[b > a], -1)
+        probe = distinct[np.cumsum(inside[:-1]) > 0]
+        return int((self.find(probe)["pos"] >= 0).sum()) if len(probe) else 0
 
     def find(self, keys: I64) -> Calls:
         """For each key, the fields of the first call with it (every field -1: none)."""
@@ -141,8 +146,8 @@ class LaunchIndex:
         data = os.pread(self._file.fileno(), 8 * (hi - lo), at)
         return np.frombuffer(data, np.int64)
 
-    def _write(self, data: bytes) -> None:
-        view, at = memoryview(data), self._size
+    def _write(self, data: memoryview) -> None:
+        view, at = data, self._size
         while view:
             done = os.pwrite(self._file.fileno(), view, at)
             view, at = view[done:], at + done

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from traceconv.process import paused_gc
 from traceconv.readers.base import Progress, TraceInfo, trace_stem, unlaunched_note
 from traceconv.readers.nsys.enums import Enums
 from traceconv.readers.nsys.meta import Names, check_export, export_version, gpus, session_start_ns, unconverted
@@ -60,7 +61,8 @@ class NsysReader:
             present = self._present(db)
             ctx = Context(db, strings, Enums(db), Domains(db, strings), MetricNames(db), Totals())
             stream = Stream(self.info, ctx, Names(db, strings), offset, self._progress)
-            yield from stream.tables(present)
+            with paused_gc():  # batches of arrays, not of Python objects: collecting finds no cycles
+                yield from stream.tables(present)
             if db.replaced:
                 where = ", ".join(f"{table} {count:,}" for table, count in sorted(db.replaced.items()))
                 self.info.notes.append(f"texts with invalid UTF-8 kept with U+FFFD in place of the bad bytes: {where}")
