@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from traceconv.readers.nsys.sql import Database
 
-BATCH_ROWS = 1 << 16  # rows per batch: bounds the memory of a table in flight
+BATCH_ROWS = 1 << 15  # rows per batch: bounds the memory of a table in flight
 WORKERS = 2  # threads reading at once
-AHEAD = 3  # batches read ahead of the one being converted
+AHEAD = 2  # batches read ahead of the one being converted
 
 
 @dataclass(frozen=True)

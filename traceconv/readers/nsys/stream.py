@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.errors import InputError
+from traceconv.process import return_freed_memory
 from traceconv.readers.arrow_util import I64, identity
 from traceconv.readers.base import Progress, TraceInfo
 from traceconv.readers.nsys.batches import Plan, Reads, plan
@@ -102,6 +103,7 @@ class Stream:
             cols["thread_name"] = self.names.threads(part.gtid)
             yield self._unified(part, cols, first_id + done.rows)
             done.rows += part.n
+        return_freed_memory()  # a table's batches lie between live data: only a trim gives them back
         if done.rows != p.rows:
             raise InputError(self.ctx.db.path, f"table {p.table} changed while it was read", "convert a copy of it")
         self.info.notes.extend(note.format(count) for note, count in done.tallies.items())
