@@ -79,14 +79,31 @@ class WriteResult:
 
 def _tally(result: WriteResult, table: pa.Table) -> None:
     result.rows += table.num_rows
-    counts = pc.value_counts(table["kind"].cast(pa.string()).combine_chunks())
-    for item in counts.to_pylist():
-        result.kinds[item["values"]] = result.kinds.get(item["values"], 0) + item["counts"]
+    for kind, count in _kind_counts(table["kind"]):
+        result.kinds[kind] = result.kinds.get(kind, 0) + count
     lo, hi = pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
     if lo is not None:
         result.start_ns = lo if result.start_ns is None else min(result.start_ns, lo)
     if hi is not None:
         result.end_ns = hi if result.end_ns is None else max(result.end_ns, hi)
+
+
+def _kind_counts(kind: pa.ChunkedArray | pa.Array) -> list[tuple[Any, int]]:
+    """(kind, rows) in the order the kinds first appear; a dictionary column is counted by its
+    codes (no string per row)."""
+    arr = kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind
+    if pa.types.is_dictionary(arr.type) and arr.null_count == 0 and len(arr):
+        import numpy as np
+
+        codes, first, counts = np.unique(arr.indices.to_numpy(), return_index=True, return_counts=True)
+        values = arr.dictionary.to_pylist()
+        order = np.argsort(first)
+        merged: dict[Any, int] = {}
+        for code, count in zip(codes[order].tolist(), counts[order].tolist(), strict=True):
+            merged[values[code]] = merged.get(values[code], 0) + count  # a dictionary may repeat a value
+        return list(merged.items())
+    counts = pc.value_counts(arr.cast(pa.string()))
+    return [(item["values"], item["counts"]) for item in counts.to_pylist()]
 
 
 def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:

@@ -36,6 +36,7 @@ KINDS = (
     "marker",
     "overhead",
     "other",
+    "metric",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset")
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
@@ -119,13 +120,16 @@ COLUMNS: tuple[Column, ...] = (
     _C("src_device", pa.int32(), "", "peer copies: source device", "both"),
     _C("dst_device", pa.int32(), "", "peer copies: destination device", "both"),
     # memory (allocator events)
-    _C("total_allocated_bytes", pa.int64(), "bytes", "memory rows: allocated after this event", "pytorch"),
+    _C("total_allocated_bytes", pa.int64(), "bytes", "memory rows: allocated after this event", "both"),
     _C("total_reserved_bytes", pa.int64(), "bytes", "memory rows: reserved after this event", "pytorch"),
     # NVTX / API detail
     _C("domain", DICT, "", "NVTX domain name", "nsys"),
     _C("api_class", DICT, "", "cuda_api rows: `runtime` or `driver`", "both"),
     _C("sync_type", DICT, "", "sync rows: event, stream_wait_event, stream, context", "nsys"),
     _C("return_value", pa.int64(), "", "API return code", "nsys"),
+    # GPU metrics samples
+    _C("value", pa.float64(), "", "metric rows: the sample's value", "nsys"),
+    _C("unit", DICT, "", "metric rows: the value's unit, e.g. %", "nsys"),
     # nothing lost
     _C("args", pa.string(), "", "JSON text of every argument of the event (including those with a column)", "both"),
 )

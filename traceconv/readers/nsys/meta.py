@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from traceconv.errors import UnsupportedFormatError
 from traceconv.readers.arrow_util import I64
-from traceconv.readers.nsys.parts import LOW24, DictCol, Strings, dictionary, ints, names_by_key
+from traceconv.readers.nsys.parts import LOW24, DictCol, NamesByKey, Strings, dictionary, ints
 from traceconv.readers.nsys.sql import Database
 
 EXPORT_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+, 2022.2-2023.2
@@ -44,6 +44,8 @@ _DESCRIPTIVE = (
     "ANALYSIS_",
     "UnwindMethodType",
     "NVTX_PAYLOAD_",
+    "GENERIC_EVENT_SOURCES",  # the types of generic events and GPU metrics
+    "GENERIC_EVENT_TYPE",
     "sqlite_",
 )
 
@@ -114,12 +116,15 @@ class Names:
             self.pids = (self.tids[main] >> 24) << 24
             self.pnames = [self.tnames[i] for i in np.flatnonzero(main)]
 
+        self._threads = NamesByKey(self.tids, self.tnames) if len(self.tids) else None
+        self._processes = NamesByKey(self.pids, self.pnames) if len(self.pids) else None
+
     def threads(self, gtid: I64) -> DictCol:
-        if not len(self.tids):
+        if self._threads is None:
             return dictionary(np.full(len(gtid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
-        return names_by_key(np.where(gtid >= 0, gtid, -5), self.tids, self.tnames)
+        return self._threads(np.where(gtid >= 0, gtid, -5))
 
     def processes(self, gpid: I64) -> DictCol:
-        if not len(self.pids):
+        if self._processes is None:
             return dictionary(np.full(len(gpid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
-        return names_by_key(np.where(gpid >= 0, gpid, -5), self.pids, self.pnames)
+        return self._processes(np.where(gpid >= 0, gpid, -5))
