@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from traceconv.readers.arrow_util import I64, from_codes
 from traceconv.readers.nsys.enums import SYNC_NAMES, Enums, labelled
+from traceconv.readers.nsys.meta import devices
 from traceconv.readers.nsys.parts import (
     NO_TIME,
     NONE,
@@ -36,6 +37,7 @@ from traceconv.readers.nsys.parts import (
     times,
 )
 from traceconv.readers.nsys.sql import Database
+from traceconv.readers.occupancy_columns import kernel_columns
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -120,6 +122,7 @@ def kernels(db: Database, strings: Strings) -> Part:
     static, dynamic = column(t, "staticSharedMemory"), column(t, "dynamicSharedMemory")
     if static is not None and dynamic is not None:
         part.cols["shared_memory_bytes"] = pc.add(static, dynamic)
+    part.cols.update(kernel_columns(part.cols, part.n, devices(db)))
     return part
 
 
