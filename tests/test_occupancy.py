@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import traceconv
@@ -33,8 +34,12 @@ OCCUPANCY = ["theoretical_occupancy_pct", "est_occupancy_pct", "occupancy_limite
 
 
 @cache
+def _converted(path: Path) -> pa.Table:
+    return traceconv.read(path)
+
+
 def kernels(path: Path) -> pd.DataFrame:
-    df = traceconv.read(path).to_pandas()
+    df = _converted(path).to_pandas()
     return df[df["kind"] == "kernel"].reset_index(drop=True)
 
 
@@ -75,7 +80,7 @@ def test_the_sweep_covers_every_architecture_and_many_kernels() -> None:
 
 
 def _device_properties(path: Path) -> list[dict[str, Any]]:
-    meta = traceconv.read(path).schema.metadata
+    meta = _converted(path).schema.metadata
     props = json.loads(meta[b"traceconv.trace"]).get("deviceProperties") if meta else None
     return props if isinstance(props, list) else []
 
@@ -259,6 +264,21 @@ def test_nsys_devices_matched_by_id_only_where_the_export_says_so() -> None:
     assert Devices.nsys([h200, h200 | {"id": 1}], same_ids=False).every == matched.by_id[0]
     render_driver = {k: 0 for k in h200} | {"id": 1}  # a real row of Faraz-Nasir's export: not a CUDA GPU
     assert Devices.nsys([h200, render_driver], same_ids=False).every == matched.by_id[0]
+
+
+def test_kernels_find_their_device_by_id() -> None:
+    """Hand-made: devices 0 and 2 described, kernels on 0, 1 (not described), 2 and none."""
+    devices = Devices({0: H200, 2: A100})
+    listed, at = devices.lookup(np.array([0, 1, 2, -1, 7], dtype=np.int64))
+    assert [listed[i] if i >= 0 else None for i in at] == [H200, None, A100, None, None]
+    kineto = Devices.kineto([{"id": 1, **_KINETO_H200}, {"id": 0, **_KINETO_H200, "numSms": 8}])
+    assert kineto.by_id[1] == H200 and kineto.by_id[0].sms == 8
+
+
+# deviceProperties of the corpus' H200 traces, as Kineto writes them (less name and memory size).
+_KINETO_H200 = dict(computeMajor=9, computeMinor=0, maxThreadsPerBlock=1024, maxThreadsPerMultiprocessor=2048)
+_KINETO_H200 |= dict(regsPerBlock=65536, warpSize=32, sharedMemPerBlock=49152, numSms=132, regsPerMultiprocessor=65536)
+_KINETO_H200 |= dict(sharedMemPerBlockOptin=232448, sharedMemPerMultiprocessor=233472)
 
 
 # -- cost ----------------------------------------------------------------------------------
