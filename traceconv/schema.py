@@ -112,6 +112,38 @@ COLUMNS: tuple[Column, ...] = (
     _C("blocks_per_sm", pa.float64(), "", "blocks per SM", "pytorch"),
     _C("warps_per_sm", pa.float64(), "", "warps per SM (null when written as `inf`)", "pytorch"),
     _C("occupancy_pct", pa.float64(), "%", "estimated achieved (older: theoretical) occupancy", "pytorch"),
+    _C(
+        "theoretical_occupancy_pct",
+        pa.float64(),
+        "%",
+        "kernels: warps of the blocks that fit on one SM at once over its warp slots (CUDA's occupancy"
+        " calculator on the launch configuration and the device's limits, opt-in shared memory honoured)",
+        "both",
+    ),
+    _C(
+        "est_occupancy_pct",
+        pa.float64(),
+        "%",
+        "kernels: Kineto's `est. achieved occupancy %` (those blocks, no more than grid / SMs, in threads over"
+        " the SM's thread slots) with the opt-in shared memory the kernel used, unrounded (Kineto: whole percents)",
+        "both",
+    ),
+    _C(
+        "occupancy_limiter",
+        DICT,
+        "",
+        "kernels: what binds the estimate: `registers`, `shared_memory`, `block_size` (warp slots),"
+        " `blocks` (blocks per SM), `grid` (too few blocks for the SMs)",
+        "both",
+    ),
+    _C(
+        "occupancy_vs_kineto",
+        DICT,
+        "",
+        "kernels: why Kineto's `occupancy_pct` is not `est_occupancy_pct` rounded as Kineto rounds:"
+        " `kineto assumes no opt-in shared memory` (it writes 0 over 48 KB a block); null where they agree",
+        "pytorch",
+    ),
     _C("bytes", pa.int64(), "bytes", "memcpy/memset size; memory rows: allocation (+) or free (-)", "both"),
     _C("copy_kind", DICT, "", "copy direction: HtoD, DtoH, DtoD, HtoH, PtoP, UVM ..., Unknown", "both"),
     _C("src_kind", DICT, "", "source memory kind (Pageable, Pinned, Device, Managed ...)", "both"),
@@ -146,7 +178,7 @@ def empty_table() -> pa.Table:
 def present(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa.Table:
     """The columns that hold a value in some row, cast to their types, in schema order: a
     table part of the way to :func:`conform` (which restores the rest as nulls), for tables
-    that wait for pass 2 (most of the 62 columns are null in most rows).
+    that wait for pass 2 (most of the columns are null in most rows).
 
     Raises ``KeyError`` for a column the schema does not know, as :func:`conform` does.
     """
@@ -190,7 +222,7 @@ def conform(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa
 def _nulls(n: int, typ: pa.DataType, zeros: pa.Buffer) -> pa.Array:
     """An all-null column whose buffers (validity, values, offsets, indices) are all ``zeros``.
 
-    ``pa.nulls`` allocates and zeroes buffers for each column; most of the schema's 62 columns
+    ``pa.nulls`` allocates and zeroes buffers for each column; most of the schema's columns
     are null in a table of one kind (43 for CUDA API calls), and sharing one buffer saves their
     memory and the time to fault it in.
     """

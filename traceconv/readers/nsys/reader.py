@@ -21,7 +21,15 @@ import pyarrow as pa
 from traceconv.process import paused_gc
 from traceconv.readers.base import Progress, TraceInfo, trace_stem, unlaunched_note
 from traceconv.readers.nsys.enums import Enums
-from traceconv.readers.nsys.meta import Names, check_export, export_version, gpus, session_start_ns, unconverted
+from traceconv.readers.nsys.meta import (
+    Names,
+    check_export,
+    devices,
+    export_version,
+    gpus,
+    session_start_ns,
+    unconverted,
+)
 from traceconv.readers.nsys.nvtx import Domains
 from traceconv.readers.nsys.parts import Strings
 from traceconv.readers.nsys.privacy import environment
@@ -59,7 +67,7 @@ class NsysReader:
             offset = self._describe(db)
             strings = Strings(db)
             present = self._present(db)
-            ctx = Context(db, strings, Enums(db), Domains(db, strings), MetricNames(db), Totals())
+            ctx = Context(db, strings, Enums(db), Domains(db, strings), MetricNames(db), Totals(), devices(db))
             stream = Stream(self.info, ctx, Names(db, strings), offset, self._progress)
             with paused_gc():  # batches of arrays, not of Python objects: collecting finds no cycles
                 yield from stream.tables(present)

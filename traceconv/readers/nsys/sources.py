@@ -40,6 +40,7 @@ from traceconv.readers.nsys.tables import (
     syncs,
     wanted_columns,
 )
+from traceconv.readers.occupancy_columns import Devices
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Context:
     domains: Domains
     metrics: MetricNames
     totals: Totals  # memory rows' running sums, carried across batches
+    devices: Devices  # the GPUs' limits, for the kernels' occupancy (read once)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ def _numbers(table: str, names: frozenset[str]) -> Callable[[Database], list[str
 SOURCES = (
     Source(NVTX, nvtx_columns, lambda t, c: nvtx(t, c.strings, c.domains)),
     Source(RUNTIME, _numbers(RUNTIME, API_USED), lambda t, c: apis(t, c.strings, RUNTIME)),
-    Source(KERNEL, _numbers(KERNEL, KERNEL_USED), lambda t, c: kernels(t, c.strings)),
+    Source(KERNEL, _numbers(KERNEL, KERNEL_USED), lambda t, c: kernels(t, c.strings, c.devices)),
     Source(MEMCPY, _numbers(MEMCPY, MEMCPY_USED), lambda t, c: memcpys(t, c.enums)),
     Source(MEMSET, _numbers(MEMSET, MEMSET_USED), lambda t, c: memsets(t, c.enums)),
     Source(SYNC, _numbers(SYNC, frozenset()), lambda t, c: syncs(t, c.enums)),

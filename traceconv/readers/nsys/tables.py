@@ -36,6 +36,7 @@ from traceconv.readers.nsys.parts import (
     times,
 )
 from traceconv.readers.nsys.sql import Database
+from traceconv.readers.occupancy_columns import Devices, kernel_columns
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -116,7 +117,7 @@ def _gpu(t: pa.Table, table: str, kind: str, used: frozenset[str]) -> Part:
 KERNEL_USED = frozenset({"demangledName", "shortName", *_KERNEL})
 
 
-def kernels(t: pa.Table, strings: Strings) -> Part:
+def kernels(t: pa.Table, strings: Strings, devices: Devices) -> Part:
     used = KERNEL_USED
     part = _gpu(t, KERNEL, "kernel", used)
     demangled, short = ints(t, "demangledName"), ints(t, "shortName")
@@ -126,6 +127,7 @@ def kernels(t: pa.Table, strings: Strings) -> Part:
     static, dynamic = column(t, "staticSharedMemory"), column(t, "dynamicSharedMemory")
     if static is not None and dynamic is not None:
         part.cols["shared_memory_bytes"] = pc.add(static, dynamic)
+    part.cols.update(kernel_columns(part.cols, part.n, devices))
     return part
 
 
