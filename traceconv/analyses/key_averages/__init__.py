@@ -1,0 +1,90 @@
+"""``traceconv ops``: torch's ``key_averages()`` rebuilt from a trace file, and traceconv's own view.
+
+:func:`key_averages` gives the rows ``prof.key_averages()`` returns for the profiling
+session that wrote a PyTorch trace (``torch.autograd.profiler_util`` is the specification:
+the same events, parent/child rules, memory attribution and quirks), or the same table
+from an Nsight Systems export made with ``--pytorch=autograd-nvtx`` (operator ranges).
+:func:`operators` gives traceconv's own view of the same events (:mod:`.native`), with
+the differences to torch's, column by column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceconv.analyses.key_averages import aggregate as A
+from traceconv.analyses.key_averages import native as N
+from traceconv.analyses.key_averages import pytorch as P
+from traceconv.analyses.key_averages.events import MEMORY, Events
+from traceconv.analyses.results import OpsTable, OpStats
+from traceconv.errors import UsageError
+
+INPUT_COLUMNS = tuple(dict.fromkeys(("source", *P.INPUT_COLUMNS)))
+
+
+def key_averages(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsTable:
+    """torch's ``key_averages(group_by_input_shape=by_shape, group_by_stack_n=stack_n)`` of one trace."""
+    source, ev = _events(table, by_shape, stack_n)
+    measured = A.measure(ev, stack_n)
+    out = _table(source, "torch", measured, A.rows(measured, ev.names, by_shape, stack_n), by_shape, stack_n)
+    return replace(out, torch_us=A.torch_us(measured, by_shape, stack_n))
+
+
+def operators(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsTable:
+    """traceconv's view of the operators of one trace, and how it differs from torch's."""
+    source, ev = _events(table, by_shape, stack_n)
+    measured = A.measure(ev, stack_n)
+    torch_rows = A.rows(measured, ev.names, by_shape, stack_n)
+    rows, mine = N.view(measured, ev.names, by_shape, stack_n)
+    out = _table(source, "traceconv", mine, rows, by_shape, stack_n)
+    return replace(
+        out,
+        self_cpu_total_ns=sum(r.self_cpu_ns for r in rows),
+        runtime=N.runtime(torch_rows),
+        differences=N.differences(torch_rows, rows, measured),
+    )
+
+
+def _events(table: pa.Table, by_shape: bool, stack_n: int) -> tuple[str, Events]:
+    source = _source(table)
+    if source == "nsys":
+        from traceconv.analyses.key_averages import nsys
+
+        return source, nsys.events(table, with_shapes=by_shape)
+    return source, P.events(table, with_shapes=by_shape, with_stacks=stack_n > 0)
+
+
+def _table(source: str, view: str, measured: A.Measured, rows: list[OpStats], by_shape: bool, stack_n: int) -> OpsTable:
+    frame = measured.frame
+    gpu_rows = ((frame["device"] == "cuda") & ~frame["user"]).to_numpy()
+    memory = bool((frame["what"] == MEMORY).any() or frame["cpu_mem_bytes"].any() or frame["gpu_mem_bytes"].any())
+    return OpsTable(
+        source=source,
+        view=view,
+        group_by=(["input_shapes"] if by_shape else []) + (["stack"] if stack_n else []),
+        rows=rows,
+        self_cpu_total_ns=int(frame["self_cpu_ns"].sum()),
+        self_gpu_total_ns=int(frame.loc[gpu_rows, "self_gpu_ns"].sum()),
+        memory=memory,
+    )
+
+
+def _source(table: pa.Table) -> str:
+    if "trace_id" in table.column_names and table.num_rows:
+        traces = pc.unique(table["trace_id"].cast(pa.string())).drop_null()
+        if len(traces) > 1:
+            raise UsageError(
+                None,
+                f"the input holds {len(traces)} traces (ranks); torch's key_averages() is per process",
+                "give one rank's trace",
+            )
+    if "source" not in table.column_names or not table.num_rows:
+        return "pytorch"
+    values = pc.unique(table["source"].cast(pa.string())).drop_null().to_pylist()
+    return "nsys" if values == ["nsys"] else "pytorch"
+
+
+__all__ = ["INPUT_COLUMNS", "key_averages", "operators"]

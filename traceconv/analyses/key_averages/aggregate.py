@@ -1,0 +1,167 @@
+"""FunctionEvents folded into ``key_averages()`` rows, with torch's arithmetic.
+
+For a CPU event (``FunctionEvent``): CPU total = its duration, self CPU = minus its
+children's durations; self device time = the GPU time appended to it (its own kernels),
+device total = that of its subtree; memory = what :mod:`.memory` gave it, self memory =
+minus its children's. A GPU event has device time = its duration and nothing else.
+Events are grouped by name, device, annotation or not (and input shapes, first stack
+frames), rows in the order their first event appears.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceconv.analyses.key_averages import stacks as ST
+from traceconv.analyses.key_averages import tree as T
+from traceconv.analyses.key_averages.events import GPU_ANNOTATION, I64, WHAT, Bools, Events, micros
+from traceconv.analyses.results import OpStats
+
+_VALUES = (
+    "self_cpu_ns",
+    "cpu_total_ns",
+    "self_gpu_ns",
+    "gpu_total_ns",
+    "cpu_mem_bytes",
+    "self_cpu_mem_bytes",
+    "gpu_mem_bytes",
+    "self_gpu_mem_bytes",
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Per surviving event (list order): its figures, what it is, and its parent among them."""
+
+    frame: pd.DataFrame
+    parent: I64  # into the frame's rows, CPU events only; -1 for roots and GPU events
+
+
+def measure(ev: Events, stack_n: int = 0) -> Measured:
+    """torch's per-event figures after building the tree and folding repeats."""
+    cpu = ev.is_cpu
+    ci = np.flatnonzero(cpu)
+    parent = T.parents(ev.thread[ci], ev.start[ci], ev.end[ci])
+    folded, parent, kernels_of = T.merge_repeats(parent, ev.name[ci])
+    keep = ~folded
+    kernels = np.where(keep, ev.kernels_ns[ci][kernels_of], 0)
+    dur = np.where(keep, (ev.end - ev.start)[ci], 0)
+    cpu_mem, gpu_mem = np.where(keep, ev.cpu_mem[ci], 0), np.where(keep, ev.gpu_mem[ci], 0)
+    n = len(ev)
+    figures = {k: np.zeros(n, np.int64) for k in _VALUES}
+    figures["cpu_total_ns"][ci] = dur
+    figures["self_cpu_ns"][ci] = dur - T.child_sums(parent, dur)
+    figures["self_gpu_ns"][ci] = kernels
+    figures["gpu_total_ns"][ci] = T.subtree_sums(parent, kernels)
+    figures["cpu_mem_bytes"][ci], figures["gpu_mem_bytes"][ci] = cpu_mem, gpu_mem
+    figures["self_cpu_mem_bytes"][ci] = cpu_mem - T.child_sums(parent, cpu_mem)
+    figures["self_gpu_mem_bytes"][ci] = gpu_mem - T.child_sums(parent, gpu_mem)
+    gi = np.flatnonzero(~cpu)
+    figures["self_gpu_ns"][gi] = figures["gpu_total_ns"][gi] = (ev.end - ev.start)[gi]
+    alive = np.ones(n, bool)
+    alive[ci[folded]] = False
+    full_parent = np.full(n, -1, np.int64)
+    full_parent[ci] = np.where(parent >= 0, ci[np.maximum(parent, 0)], -1)
+    frame = pd.DataFrame(figures)
+    frame["name"] = ev.name
+    frame["what"] = ev.what
+    frame["device"] = np.where(cpu, "cpu", "cuda")
+    frame["user"] = ev.is_user
+    if ev.shapes is not None:
+        frame["input_shapes"] = ev.shapes
+    if stack_n and ev.stacks is not None and ev.seq is not None and ev.fwd is not None:
+        alive_rows = np.flatnonzero(alive)
+        remap = np.full(n, -1, np.int64)
+        remap[alive_rows] = np.arange(len(alive_rows))
+        sub_parent = np.where(full_parent[alive_rows] >= 0, remap[np.maximum(full_parent[alive_rows], 0)], -1)
+        stacks = ST.backward(
+            ev.names,
+            ev.name[alive_rows],
+            sub_parent,
+            ev.thread[alive_rows],
+            ev.seq[alive_rows],
+            ev.fwd[alive_rows],
+            [ev.stacks[i] for i in alive_rows],
+        )
+        column: list[tuple[str, ...]] = [()] * n
+        for k, i in enumerate(alive_rows):
+            column[i] = tuple(stacks[k][:stack_n])
+        frame["stack"] = pd.Series(column, dtype=object)
+    if ev.kernels_us is not None:
+        _floats(frame, ev, ci, parent, keep, kernels_of)
+    rows = np.flatnonzero(alive)
+    out = frame.iloc[rows].reset_index(drop=True)
+    remap = np.full(n, -1, np.int64)
+    remap[rows] = np.arange(len(rows))
+    new_parent = np.where(full_parent[rows] >= 0, remap[np.maximum(full_parent[rows], 0)], -1)
+    return Measured(out, new_parent)
+
+
+US = ("self_cpu_us", "cpu_total_us", "self_gpu_us", "gpu_total_us")
+
+
+def _floats(frame: pd.DataFrame, ev: Events, ci: I64, parent: I64, keep: Bools, kernels_of: I64) -> None:
+    """The four times in torch's own float microseconds and order of summation (for its table's digits)."""
+    assert ev.kernels_us is not None
+    dur = micros(ev.end, ev.origin) - micros(ev.start, ev.origin)
+    cpu_dur = np.where(keep, dur[ci], 0.0)
+    kernels = np.where(keep, ev.kernels_us[ci][kernels_of], 0.0)
+    total = T.float_subtree(parent, kernels)
+    values = {name: np.zeros(len(ev), np.float64) for name in US}
+    values["cpu_total_us"][ci] = cpu_dur
+    values["self_cpu_us"][ci] = cpu_dur - T.float_child_sums(parent, cpu_dur)
+    values["gpu_total_us"][ci] = total
+    values["self_gpu_us"][ci] = total - T.float_child_sums(parent, total)
+    gi = np.flatnonzero(~ev.is_cpu)
+    values["self_gpu_us"][gi] = values["gpu_total_us"][gi] = dur[gi]
+    for name, v in values.items():
+        frame[name] = v
+
+
+def rows(measured: Measured, names: list[str], by_shape: bool, stack_n: int) -> list[OpStats]:
+    """``key_averages()``: one row per (name, device, annotation or not[, shapes][, stack])."""
+    frame = measured.frame
+    keys = ["name", "device", "user"] + (["input_shapes"] if by_shape else []) + (["stack_key"] if stack_n else [])
+    work = frame.assign(calls=1)
+    if stack_n:
+        work["stack_key"] = ["\x00".join(s) for s in work["stack"]]
+    grouped = work.groupby(keys, sort=False, dropna=False)
+    sums = grouped[[*_VALUES, "calls"]].sum()
+    firsts = grouped[["what"] + (["stack"] if stack_n else [])].first()
+    out = []
+    for key, values in sums.iterrows():
+        parts = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        first = firsts.loc[key]
+        out.append(
+            OpStats(
+                name=names[int(parts["name"])],
+                device=str(parts["device"]),
+                kind=_kind(int(first["what"])),
+                calls=int(values["calls"]),
+                **{k: int(values[k]) for k in _VALUES},
+                input_shapes=str(parts["input_shapes"]) if by_shape else None,
+                stack=list(first["stack"]) if stack_n else None,
+            )
+        )
+    return out
+
+
+def torch_us(measured: Measured, by_shape: bool, stack_n: int) -> list[tuple[float, ...]]:
+    """Per row of :func:`rows` (same order): torch's float sums of the four times, in list order."""
+    frame = measured.frame
+    if "cpu_total_us" not in frame.columns:
+        return []
+    keys = ["name", "device", "user"] + (["input_shapes"] if by_shape else [])
+    work = frame.assign(stack_key=["\x00".join(s) for s in frame["stack"]]) if stack_n else frame
+    group = work.groupby(keys + (["stack_key"] if stack_n else []), sort=False, dropna=False).ngroup().to_numpy()
+    sums = np.zeros((int(group.max()) + 1 if len(group) else 0, len(US)), np.float64)
+    for k, name in enumerate(US):
+        np.add.at(sums[:, k], group, frame[name].to_numpy(np.float64))
+    return [tuple(float(v) for v in row) for row in sums]
+
+
+def _kind(what: int) -> str:
+    return "annotation" if what == GPU_ANNOTATION else WHAT[what]
