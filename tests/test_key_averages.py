@@ -66,7 +66,7 @@ def cases() -> list[Any]:
 def ops_json(trace: Path, *args: str) -> dict[str, Any]:
     result = CliRunner().invoke(main, ["ops", str(trace), "--like", "torch", "--format", "json", *args])
     assert result.exit_code == 0, result.output
-    doc: dict[str, Any] = json.loads(result.output)
+    doc: dict[str, Any] = json.loads(result.stdout)
     return doc
 
 

@@ -42,7 +42,7 @@ def run(*args: str) -> Any:
 
 # -- the command ----------------------------------------------------------------------------------
 def test_json_rows_have_the_documented_fields_in_nanoseconds_and_bytes() -> None:
-    doc = json.loads(run(SEED, "--like", "torch", "--format", "json").output)
+    doc = json.loads(run(SEED, "--like", "torch", "--format", "json").stdout)
     assert doc["view"] == "torch" and doc["source"] == "pytorch" and doc["group_by"] == []
     fields = {"name", "device", "kind", "calls", "self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns"}
     fields |= {"cpu_mem_bytes", "self_cpu_mem_bytes", "gpu_mem_bytes", "self_gpu_mem_bytes"}
@@ -50,14 +50,14 @@ def test_json_rows_have_the_documented_fields_in_nanoseconds_and_bytes() -> None
     addmm = next(r for r in doc["rows"] if r["name"] == "aten::addmm")
     assert (addmm["calls"], addmm["self_gpu_ns"], addmm["gpu_mem_bytes"]) == (10, 296225, 39845888)
     assert [r["gpu_total_ns"] for r in doc["rows"]] == sorted((r["gpu_total_ns"] for r in doc["rows"]), reverse=True)
-    shaped = json.loads(run(SEED, "--like", "torch", "--format", "json", "--group-by-shape").output)
+    shaped = json.loads(run(SEED, "--like", "torch", "--format", "json", "--group-by-shape").stdout)
     linear = next(r for r in shaped["rows"] if r["name"] == "aten::linear")
     assert linear["input_shapes"] == "[[128, 1024], [1024, 1024], [1024]]" and shaped["group_by"] == ["input_shapes"]
 
 
 def test_sort_top_csv_and_markdown() -> None:
     args = ("--like", "torch", "--format", "json", "--sort", "self_cpu_time_total", "--top", "3")
-    by_self = json.loads(run(SEED, *args).output)
+    by_self = json.loads(run(SEED, *args).stdout)
     assert [r["name"] for r in by_self["rows"]] == ["aten::addmm", "Activity Buffer Request", "cudaLaunchKernel"]
     csv = run(SEED, "--format", "csv").output.splitlines()
     assert csv[0].startswith("name,device,kind,calls,self_cpu_ns,cpu_total_ns") and len(csv) == 7
@@ -75,6 +75,14 @@ def test_every_sort_column_sorts_and_the_cli_loads_no_heavy_module() -> None:
         assert run(SEED, "--like", "torch", "--sort", choice, "--top", "2").exit_code == 0, choice
 
 
+def test_a_grouping_the_input_cannot_give_is_said() -> None:
+    stacks = run(SEED, "--like", "torch", "--group-by-stack", "3")
+    assert stacks.exit_code == 0
+    assert "traceconv: note: the input has no Python stacks (torch records them with with_stack=True" in stacks.output
+    shapes = run(fixture("key_averages/h200/ka_stack_verbose.json"), "--group-by-shape", "--format", "json")
+    assert "no input shapes" not in shapes.output
+
+
 def test_a_dataset_of_ranks_is_refused_with_the_way_out(tmp_path: Path) -> None:
     out = tmp_path / "run.parquet"
     ranks = [fixture("pytorch/h200/ddp_rank0.pt.trace.json"), fixture("pytorch/h200/ddp_rank1.pt.trace.json")]
@@ -89,13 +97,19 @@ def test_a_dataset_of_ranks_is_refused_with_the_way_out(tmp_path: Path) -> None:
         in result.output
     )
     one = run(out / next(p.name for p in out.iterdir()), "--like", "torch", "--format", "json")
-    assert one.exit_code == 0 and json.loads(one.output)["rows"]
+    assert one.exit_code == 0 and json.loads(one.stdout)["rows"]
 
 
-def test_parquet_gives_what_the_trace_gives(tmp_path: Path) -> None:
-    out = tmp_path / "seed.parquet"
-    traceconv.convert(SEED, out)
-    assert run(out, "--like", "torch").output == run(SEED, "--like", "torch").output
+@pytest.mark.parametrize(
+    "args", [("--like", "torch"), ("--group-by-shape",), ("--like", "torch", "--group-by-stack", "5")]
+)
+def test_parquet_gives_what_the_trace_gives(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """From Parquet, ops reads the arguments only where shapes or stacks need them: same output."""
+    trace = fixture("key_averages/h200/ka_stack_verbose.json")
+    out = tmp_path / "stack.parquet"
+    traceconv.convert(trace, out)
+    ours = run(out, *args, "--format", "json").stdout
+    assert json.loads(ours)["rows"] == json.loads(run(trace, *args, "--format", "json").stdout)["rows"]
 
 
 # -- traceconv's own view and its footer ----------------------------------------------------------
@@ -165,7 +179,7 @@ def test_nvtx_operator_ranges_give_the_trace_s_operators(trace: Path, export: Pa
 
 
 def test_the_nsys_table_is_sensible() -> None:
-    doc = json.loads(run(BUGGY_NVTX, "--like", "torch", "--format", "json", "--group-by-shape").output)
+    doc = json.loads(run(BUGGY_NVTX, "--like", "torch", "--format", "json", "--group-by-shape").stdout)
     assert doc["source"] == "nsys"
     rows = doc["rows"]
     assert all(0 <= r["self_cpu_ns"] <= r["cpu_total_ns"] for r in rows if r["device"] == "cpu")

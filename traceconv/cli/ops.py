@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from traceconv.cli import main
-from traceconv.cli.errors import handle_errors
+from traceconv.cli.errors import handle_errors, note
 from traceconv.render.ops_columns import SORT_CHOICES
 
 
@@ -67,10 +67,11 @@ def ops(
         traceconv ops run.sqlite --top 10
     """
     from traceconv.analyses import key_averages as KA
-    from traceconv.analyses.common import load
     from traceconv.render.ops import ops_text
 
-    table = load(trace, columns=KA.INPUT_COLUMNS)
+    table = KA.load(trace, by_shape=group_by_shape, stack_n=stack_n)
     compute = KA.key_averages if like == "torch" else KA.operators
     result = compute(table, by_shape=group_by_shape, stack_n=stack_n)
     click.echo(ops_text(result, fmt, trace.name, sort, top), nl=False)
+    for remark in result.notes:
+        note(remark)

@@ -11,10 +11,14 @@ the differences to torch's, column by column.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv import io
+from traceconv.analyses import common
+from traceconv.analyses.common import is_parquet
 from traceconv.analyses.key_averages import aggregate as A
 from traceconv.analyses.key_averages import native as N
 from traceconv.analyses.key_averages import pytorch as P
@@ -23,6 +27,30 @@ from traceconv.analyses.results import OpsTable, OpStats
 from traceconv.errors import UsageError
 
 INPUT_COLUMNS = tuple(dict.fromkeys(("source", *P.INPUT_COLUMNS)))
+KINDS = tuple(dict.fromkeys((*P.KINDS, "other")))  # other: Kineto's profiler span (torch's time origin)
+
+
+def load(path: str | Path, by_shape: bool = False, stack_n: int = 0) -> pa.Table:
+    """The rows and columns :func:`key_averages` reads from any input. From Parquet, the ``args``
+    text (most of a trace's bytes) is read only where shapes or stacks are asked for: of
+    operators and annotations."""
+    path = Path(path)
+    if not is_parquet(path):
+        table = common.load(path, columns=INPUT_COLUMNS)
+        return (
+            table
+            if by_shape or stack_n
+            else table.set_column(table.column_names.index("args"), "args", pa.nulls(table.num_rows, pa.string()))
+        )
+    lean = [c for c in INPUT_COLUMNS if c != "args"]
+    main = io.read_table(path, kinds=[k for k in KINDS if k != "other"], columns=lean)
+    other = io.read_table(path, kinds=["other"], columns=lean)
+    spans = other.filter(pc.equal(other["category"].cast(pa.string()), "Trace"))
+    table = pa.concat_tables([main, spans])
+    if not (by_shape or stack_n):
+        return table.append_column("args", pa.nulls(table.num_rows, pa.string()))
+    args = io.read_table(path, kinds=["cpu_op", "nvtx"], columns=["event_id", "args"])
+    return table.join(args, "event_id", join_type="left outer")
 
 
 def key_averages(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsTable:
@@ -57,6 +85,22 @@ def _events(table: pa.Table, by_shape: bool, stack_n: int) -> tuple[str, Events]
     return source, P.events(table, with_shapes=by_shape, with_stacks=stack_n > 0)
 
 
+def _notes(source: str, rows: list[OpStats], by_shape: bool, stack_n: int) -> list[str]:
+    """What a grouping asked for could not give (said, never silently dropped)."""
+    out = []
+    if by_shape and all(r.input_shapes == "[]" for r in rows):
+        how = "--pytorch=autograd-shapes-nvtx" if source == "nsys" else "record_shapes=True"
+        out.append(f"the input has no input shapes ({how} records them): every row's input_shapes is []")
+    if stack_n and not any(r.stack for r in rows):
+        how = (
+            "an Nsight Systems export has none"
+            if source == "nsys"
+            else "torch records them with with_stack=True and experimental_config=_ExperimentalConfig(verbose=True)"
+        )
+        out.append(f"the input has no Python stacks ({how}): every row's stack is empty")
+    return out
+
+
 def _table(source: str, view: str, measured: A.Measured, rows: list[OpStats], by_shape: bool, stack_n: int) -> OpsTable:
     frame = measured.frame
     gpu_rows = ((frame["device"] == "cuda") & ~frame["user"]).to_numpy()
@@ -69,6 +113,7 @@ def _table(source: str, view: str, measured: A.Measured, rows: list[OpStats], by
         self_cpu_total_ns=int(frame["self_cpu_ns"].sum()),
         self_gpu_total_ns=int(frame.loc[gpu_rows, "self_gpu_ns"].sum()),
         memory=memory,
+        notes=_notes(source, rows, by_shape, stack_n),
     )
 
 
@@ -87,4 +132,4 @@ def _source(table: pa.Table) -> str:
     return "nsys" if values == ["nsys"] else "pytorch"
 
 
-__all__ = ["INPUT_COLUMNS", "key_averages", "operators"]
+__all__ = ["INPUT_COLUMNS", "key_averages", "load", "operators"]

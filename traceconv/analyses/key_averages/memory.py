@@ -16,6 +16,7 @@ import numpy as np
 from traceconv.analyses import intervals as I
 from traceconv.analyses.key_averages.events import I64, Bools
 
+CPU, CUDA = 0, 1  # c10::DeviceType
 CPU_DEVICES = (0, 2, 5)  # c10::DeviceType CPU, MKLDNN, IDEEP
 GPU_DEVICES = (1, 6, 12, 20)  # CUDA, HIP, XPU, PrivateUse1
 

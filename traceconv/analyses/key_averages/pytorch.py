@@ -35,7 +35,6 @@ from traceconv.analyses.key_averages.events import (
     RUNTIME,
     Bools,
     Events,
-    arg_ints,
     column,
     dictionary,
     kinds,
@@ -269,13 +268,13 @@ def _kernels(trace: Trace, fid: I64, thread: I64, keep: Bools, cpu: Bools) -> tu
 
 
 def _records(trace: Trace, what: int) -> M.Records:
-    """Allocator events (``RECORD``) or out-of-memory events (``MEMORY``)."""
+    """Allocator events (``RECORD``) or out-of-memory events (``MEMORY``). The reader keeps the
+    ``Device Id`` of device memory in ``device`` and leaves it null for host memory (id -1)."""
     rec = trace.what == what
-    args = trace.table["args"].filter(pa.array(rec)) if rec.any() else pa.array([], pa.string())
     return M.Records(
         time=trace.start[rec],
         bytes=column(trace.table, "bytes")[rec],
-        device_type=arg_ints(args, "Device Type"),
+        device_type=np.where(present(trace.table, "device")[rec], M.CUDA, M.CPU).astype(np.int64),
         thread=trace.tid[rec],
         row=trace.row[rec],
     )
