@@ -113,14 +113,16 @@ def test_parquet_gives_what_the_trace_gives(tmp_path: Path, args: tuple[str, ...
 
 
 # -- traceconv's own view and its footer ----------------------------------------------------------
-@pytest.mark.parametrize("trace", [SEED, TRAIN], ids=["seed_linear", "ka_train"])
+@pytest.mark.parametrize(
+    "trace", [SEED, TRAIN, fixture("pytorch/h200/cuda_graph.json")], ids=["seed_linear", "ka_train", "cuda_graph"]
+)
 def test_the_footer_explains_every_difference(trace: Path) -> None:
     """Every column of the own view either equals torch's, or differs by what the footer says."""
     result = operators(traceconv.read(trace))
     assert {d.column for d in result.differences} >= {"calls", "self_cpu_ns", "gpu_total_ns", "rows", "gpu_mem_bytes"}
     for d in result.differences:
-        if d.reason.startswith("the same"):
-            assert d.ours == d.torch, d
+        assert d.ours - d.torch == d.explained, d
+        assert d.explained == 0 or not d.reason.startswith("the same"), d
         assert "no reason traceconv knows" not in d.reason, d
     diff = {d.column: d for d in result.differences}
     said = [float(x.replace(",", "")) for x in re.findall(r"\(([\d.,]+) ms", diff["self_cpu_ns"].reason)]
@@ -248,7 +250,7 @@ def test_folding_repeats_follows_torch(events: list[tuple[int, int, int]], names
     parent = T.parents(thread, start, end)
     name = np.array(names[: len(parent)], np.int64)
     kernels = np.arange(len(parent), dtype=np.int64) * 10
-    folded, new_parent, kernels_of = T.merge_repeats(parent, name)
+    folded, new_parent, kernels_of, _ = T.merge_repeats(parent, name)
     gone, par, kern = torch_dedup(parent.tolist(), name.tolist(), kernels.tolist())
     assert folded.tolist() == gone and new_parent.tolist() == par
     assert [kernels[k] for k, g in zip(kernels_of, gone, strict=True) if not g] == [

@@ -344,6 +344,7 @@ class OpsDifference:
     ours: int
     torch: int
     reason: str
+    explained: int = 0  # the part of ours - torch that the reason accounts for
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,7 @@ def measure(ev: Events, stack_n: int = 0) -> Measured:
     cpu = ev.is_cpu
     ci = np.flatnonzero(cpu)
     parent = T.parents(ev.thread[ci], ev.start[ci], ev.end[ci])
-    folded, parent, kernels_of = T.merge_repeats(parent, ev.name[ci])
+    folded, parent, kernels_of, target = T.merge_repeats(parent, ev.name[ci])
     keep = ~folded
     kernels = np.where(keep, ev.kernels_ns[ci][kernels_of], 0)
     dur = np.where(keep, (ev.end - ev.start)[ci], 0)
@@ -61,6 +61,11 @@ def measure(ev: Events, stack_n: int = 0) -> Measured:
     figures["self_gpu_mem_bytes"][ci] = gpu_mem - T.child_sums(parent, gpu_mem)
     gi = np.flatnonzero(~cpu)
     figures["self_gpu_ns"][gi] = figures["gpu_total_ns"][gi] = (ev.end - ev.start)[gi]
+    if ev.launched_ns is not None:  # own view: a folded event's GPU time goes to the one it folds into
+        launched = ev.launched_ns[ci].astype(np.int64).copy()
+        np.add.at(launched, target[folded], launched[folded])
+        figures["launched_ns"] = np.zeros(n, np.int64)
+        figures["launched_ns"][ci] = np.where(keep, launched, 0)
     alive = np.ones(n, bool)
     alive[ci[folded]] = False
     full_parent = np.full(n, -1, np.int64)

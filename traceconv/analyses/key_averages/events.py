@@ -55,6 +55,7 @@ class Events:
     seq: I64 | None = None  # ``Sequence number``, -1 for none (backward stacks)
     fwd: I64 | None = None  # ``Fwd thread id``, 0 for none
     kernels_us: F64 | None = None  # ``kernels_ns`` as torch sums it, in float microseconds
+    launched_ns: I64 | None = None  # own view: GPU time of the work launched right inside (the reader's link)
     origin: int = 0  # torch's ``trace_start_ns``: its times are microseconds from here
 
     def __len__(self) -> int:

@@ -36,7 +36,9 @@ def view(measured: A.Measured, names: list[str], by_shape: bool, stack_n: int) -
     dur = frame["cpu_total_ns"].to_numpy(np.int64)
     is_range = np.isin(what, (OP, ANNOTATION))
     not_range = np.where(np.isin(what, (RUNTIME, OVERHEAD, MEMORY)), dur, 0)
-    own_kernels = np.where(is_range, frame["self_gpu_ns"].to_numpy(np.int64), 0)
+    own = frame["launched_ns"] if "launched_ns" in frame.columns else frame["self_gpu_ns"]
+    own_kernels = np.where(is_range, own.to_numpy(np.int64), 0)
+    frame["self_gpu_ns"] = np.where(is_range, own_kernels, frame["self_gpu_ns"])
     extra = T.child_sums(measured.parent, not_range)
     frame["self_cpu_ns"] = np.where(is_range, frame["self_cpu_ns"] + extra, frame["self_cpu_ns"])
     frame["gpu_total_ns"] = np.where(is_range, T.subtree_sums(measured.parent, own_kernels), frame["gpu_total_ns"])
@@ -59,14 +61,21 @@ _COLUMNS = ("calls", "self_cpu_ns", "cpu_total_ns", "self_gpu_ns", "gpu_total_ns
 
 
 def differences(torch_rows: list[OpStats], ours: list[OpStats], base: A.Measured) -> list[OpsDifference]:
-    """Per column, the sums over the operator and annotation rows both views have, and why they differ."""
+    """Per column, the sums over the operator and annotation rows both views have, why they
+    differ, and by how much that reason accounts for (``explained``: ours - torch)."""
     key = {(r.name, r.device, r.input_shapes, tuple(r.stack or ())): r for r in torch_rows}
     pairs = [(o, key[(o.name, o.device, o.input_shapes, tuple(o.stack or ()))]) for o in ours]
     pairs = [(o, t) for o, t in pairs if o.kind in ("op", "annotation")]
+    causes = _causes(base)
     out = []
     for column in _COLUMNS:
         mine, theirs = sum(getattr(o, column) for o, _ in pairs), sum(getattr(t, column) for _, t in pairs)
-        out.append(OpsDifference(column, mine, theirs, _reason(column, mine, theirs, base)))
+        reason, explained = causes.get(column, (_SAME.get(column, "the same"), 0))
+        if mine == theirs and not explained:
+            reason = _SAME.get(column, "the same")
+        elif mine - theirs != explained:
+            reason += f"; {mine - theirs - explained:+,} more for no reason traceconv knows of: please report it"
+        out.append(OpsDifference(column, mine, theirs, reason, explained))
     out.append(_rows(torch_rows))
     annotation = _annotation(torch_rows, ours)
     if annotation:
@@ -74,38 +83,54 @@ def differences(torch_rows: list[OpStats], ours: list[OpStats], base: A.Measured
     return out
 
 
-def _reason(column: str, mine: int, theirs: int, base: A.Measured) -> str:
-    if column == "self_cpu_ns":
-        return _self_cpu(base)
-    if column == "gpu_total_ns" and mine != theirs:
-        return _gpu_total(base, theirs - mine)
-    if mine == theirs:
-        return _SAME.get(column, "the same")
-    return "differs, for no reason traceconv knows of: please report it with the trace"
-
-
-def _self_cpu(base: A.Measured) -> str:
+def _causes(base: A.Measured) -> dict[str, tuple[str, int]]:
+    """The known reasons for a difference, per column, with their amounts."""
     frame, parent = base.frame, base.parent
     what = frame["what"].to_numpy()
     dur = frame["cpu_total_ns"].to_numpy(np.int64)
-    under = (parent >= 0) & np.isin(what[np.maximum(parent, 0)], (OP, ANNOTATION))
+    ranges = np.isin(what, (OP, ANNOTATION))
+    under = (parent >= 0) & ranges[np.maximum(parent, 0)]
     calls, work = under & (what == RUNTIME), under & (what == OVERHEAD)
-    return (
+    other = under & ~ranges & ~calls & ~work
+    self_cpu = (
         f"here an operator's self time includes the CUDA API calls it makes ({ms(dur[calls].sum())} in "
-        f"{int(calls.sum()):,} calls) and the profiler's own work directly inside it ({ms(dur[work].sum())}, "
-        f"{int(work.sum()):,} events); torch makes both children of the operator, subtracts them and lists "
+        f"{_count(calls.sum(), 'call')}) and the profiler's own work directly inside it ({ms(dur[work].sum())}, "
+        f"{_count(work.sum(), 'event')}); torch makes both children of the operator, subtracts them and lists "
         "them as rows of their own"
     )
+    out = {"self_cpu_ns": (self_cpu, int(dur[calls | work | other].sum()))}
+    kernels = np.where(np.isin(what, (OP, ANNOTATION, RUNTIME, OVERHEAD)), frame["self_gpu_ns"].to_numpy(np.int64), 0)
+    no_copies = np.where(what == OVERHEAD, 0, kernels)
+    launched = np.where(ranges, frame["launched_ns"].to_numpy(np.int64), 0) if "launched_ns" in frame else no_copies
+    totals = [int(T.subtree_sums(parent, v)[ranges].sum()) for v in (kernels, no_copies, launched)]
+    orphans = int(launched[ranges].sum() - no_copies[ranges].sum())
+    reasons = []
+    if totals[0] != totals[1]:
+        over = (what == OVERHEAD) & (kernels > 0)
+        reasons.append(
+            f"torch gives each profiler-overhead event inside an operator a copy of that operator's GPU time "
+            f"({_count(over.sum(), 'event')}, {us(float(kernels[over].sum()))}), and the CUDA total of every operator "
+            f"above such an event counts it again ({us(float(totals[0] - totals[1]))} more over these rows)"
+        )
+    if orphans:
+        reasons.append(_orphans(orphans))
+        out["self_gpu_ns"] = (_orphans(orphans), orphans)
+    if reasons:
+        out["gpu_total_ns"] = (
+            "; ".join(reasons) + "; here each kernel, copy and memset counts once",
+            totals[2] - totals[0],
+        )
+    return out
 
 
-def _gpu_total(base: A.Measured, extra: int) -> str:
-    frame = base.frame
-    over = frame[(frame["what"] == OVERHEAD).to_numpy() & (frame["gpu_total_ns"] > 0).to_numpy()]
+def _count(n: int | np.integer, what: str) -> str:
+    return f"{int(n):,} {what}" + ("" if n == 1 else "s")
+
+
+def _orphans(ns: int) -> str:
     return (
-        f"torch gives each profiler-overhead event inside an operator a copy of that operator's GPU time "
-        f"({len(over):,} events, {us(float(over['gpu_total_ns'].sum()))}), and the CUDA total of every "
-        f"operator above such an event counts it again ({us(float(extra))} more over these rows); "
-        "here each kernel, copy and memset counts once"
+        f"{us(float(ns))} of GPU work has no External id (CUDA graph replays, work launched outside every "
+        "operator): torch counts it for no operator, here it counts for the one around its launching call"
     )
 
 
@@ -116,10 +141,10 @@ def _rows(torch_rows: list[OpStats]) -> OpsDifference:
     reason = (
         f"torch also has {counts['gpu']:,} rows of kernels, copies and memsets (see `traceconv kernels`), "
         f"{counts['runtime']:,} of CUDA API calls (below), {counts['overhead']:,} of profiler overhead "
-        f"({ms(cpu)} of CPU time, left out here) and {gpu_side:,} GPU-side rows of annotations"
+        f"({ms(cpu)} of CPU time, left out here) and {gpu_side:,} of the GPU side of annotations"
     )
     ours = sum(1 for r in torch_rows if r.kind in ("op", "annotation", "memory") and r.device == "cpu")
-    return OpsDifference("rows", ours, len(torch_rows), reason)
+    return OpsDifference("rows", ours, len(torch_rows), reason, ours - len(torch_rows))
 
 
 def _annotation(torch_rows: list[OpStats], ours: list[OpStats]) -> OpsDifference | None:
@@ -135,7 +160,8 @@ def _annotation(torch_rows: list[OpStats], ours: list[OpStats]) -> OpsDifference
         "is that of the work launched inside it"
     )
     mine_total = sum(r.gpu_total_ns for r in ours if r.kind == "annotation")
-    return OpsDifference("annotations", mine_total, sum(r.self_gpu_ns for r in gpu_side), reason)
+    theirs = sum(r.self_gpu_ns for r in gpu_side)
+    return OpsDifference("annotations", mine_total, theirs, reason, mine_total - theirs)
 
 
 def runtime(torch_rows: list[OpStats]) -> list[OpStats]:

@@ -3,9 +3,9 @@
 - Operators and ``record_function`` ranges keep their times; their ``External id`` is their
   correlation id. A few utility operators are left out as torch leaves them out
   (``_filter_name``); Python functions (``with_stack``) are never rows.
-- API calls and GPU work are linked to their operator (``op_event_id``, which follows the
-  ``External id``): the GPU time of an operator's kernels, copies and memsets is appended
-  to it, and its API calls are nested on its thread.
+- API calls and GPU work are linked to the operator their ``External id`` names (none:
+  not linked, as CUDA graph replays): the GPU time of an operator's kernels, copies and
+  memsets is appended to it, and its API calls are nested on its thread.
 - Kineto's own events without an operator (profiler overhead, the GPU side of annotations,
   API calls outside operators) are placed as torch's ``build_tree`` places them
   (:mod:`.replay`): on the thread that stopped the profiler, with their parent's id.
@@ -97,6 +97,7 @@ class Trace:
     corr: I64  # CUPTI correlation id
     linked: I64  # API calls and GPU work: their operator's correlation id, 0 for none
     launched: Bools  # GPU work with its launching call in the trace (a flow: never on a stack)
+    op_row: I64  # the reader's operator of API calls and GPU work (event_id, -1 for none)
     row: I64
     main: int  # the thread that stopped the profiler
     origin: int  # torch's trace_start_ns: the start of the profiler's span
@@ -133,6 +134,7 @@ def events(table: pa.Table, with_shapes: bool = False, with_stacks: bool = False
         gpu_mem=mem_gpu[idx],
         row=trace.row[idx],
         kernels_us=kernels_us[idx],
+        launched_ns=_launched(trace)[idx],
         origin=trace.origin,
     )
     names = trace.name[idx]
@@ -163,8 +165,10 @@ def _trace(table: pa.Table) -> Trace:
     end = np.where(present(rows, "end_ns"), column(rows, "end_ns"), start)
     ext, row = column(rows, "external_id"), column(rows, "event_id", -1)
     is_op = (what == OP) | (what == ANNOTATION)
-    linked = lookup(row[is_op], ext[is_op], column(rows, "op_event_id", -1), 0)
-    linked = np.where((what == RUNTIME) | (what == GPU), linked, 0)
+    # torch links an API call or GPU work to the operator whose correlation id Kineto gave it,
+    # the trace's External id; none (CUDA graph replays, calls outside operators): not linked
+    named = np.isin(ext, ext[is_op]) & (ext > 0)
+    linked = np.where(((what == RUNTIME) | (what == GPU)) & named, ext, 0)
     tid, pid = column(rows, "tid", -1), column(rows, "pid", -1)
     return Trace(
         table=rows,
@@ -178,6 +182,7 @@ def _trace(table: pa.Table) -> Trace:
         corr=column(rows, "correlation_id"),
         linked=linked,
         launched=present(rows, "launch_event_id"),
+        op_row=column(rows, "op_event_id", -1),
         row=row,
         main=_main_thread(tid[is_op], pid[is_op], start[is_op]),
         origin=_origin(table, start),
@@ -267,6 +272,17 @@ def _kernels(trace: Trace, fid: I64, thread: I64, keep: Bools, cpu: Bools) -> tu
     return kernels, kernels_us, thread
 
 
+def _launched(trace: Trace) -> I64:
+    """Own view: per operator or annotation, the GPU time of the work launched right inside it
+    (the reader's link: the launching call's innermost operator, with or without an External id)."""
+    out = np.zeros(len(trace.what), np.int64)
+    gpu = np.flatnonzero(trace.what == GPU)
+    at = lookup(trace.row, np.arange(len(trace.row), dtype=np.int64), trace.op_row[gpu], -1)
+    ok = at >= 0
+    np.add.at(out, at[ok], (trace.end - trace.start)[gpu][ok])
+    return out
+
+
 def _records(trace: Trace, what: int) -> M.Records:
     """Allocator events (``RECORD``) or out-of-memory events (``MEMORY``). The reader keeps the
     ``Device Id`` of device memory in ``device`` and leaves it null for host memory (id -1)."""
@@ -302,6 +318,8 @@ def _with_free_records(
     out.start, out.end = cat([out.start, records.time[free]]), cat([out.end, records.time[free]])
     out.fid = cat([out.fid, np.full(k, -1, np.int64)])
     out.kernels_ns = cat([out.kernels_ns, np.zeros(k, np.int64)])
+    if out.launched_ns is not None:
+        out.launched_ns = cat([out.launched_ns, np.zeros(k, np.int64)])
     if out.kernels_us is not None:
         out.kernels_us = cat([out.kernels_us, np.zeros(k, np.float64)])
     out.cpu_mem, out.gpu_mem = cat([out.cpu_mem, records.cpu_bytes[free]]), cat([out.gpu_mem, records.gpu_bytes[free]])
@@ -322,6 +340,8 @@ def _in_list_order(ev: Events) -> Events:
     out = Events(names=ev.names, origin=ev.origin, **take)
     if ev.kernels_us is not None:
         out.kernels_us = ev.kernels_us[order]
+    if ev.launched_ns is not None:
+        out.launched_ns = ev.launched_ns[order]
     if ev.shapes is not None:
         out.shapes = ev.shapes[order]
     if ev.stacks is not None and ev.seq is not None and ev.fwd is not None:

@@ -91,12 +91,13 @@ def _stack(s: I64, e: I64) -> I64:
     return out
 
 
-def merge_repeats(parent: I64, name: I64) -> tuple[Bools, I64, I64]:
+def merge_repeats(parent: I64, name: I64) -> tuple[Bools, I64, I64, I64]:
     """torch's ``_remove_dup_nodes``: an event whose parent has its name and no other child is folded in.
 
     Returns the folded events, the parents of the rest (a folded parent replaced by the
-    event it folded into) and, per event, whose kernels it ends up with (torch lifts a
-    folded event's kernels into the event it folds into, replacing that one's own).
+    event it folded into), per event whose kernels it ends up with (torch lifts a folded
+    event's kernels into the event it folds into, replacing that one's own), and per folded
+    event the one it folds into (-1 for the others).
     """
     n = len(parent)
     has = parent >= 0
@@ -117,7 +118,7 @@ def merge_repeats(parent: I64, name: I64) -> tuple[Bools, I64, I64]:
     np.maximum.at(deepest, target[rows], rows)
     kernels_of = np.where(deepest >= 0, deepest, np.arange(n, dtype=np.int64))
     new_parent[folded] = -1
-    return folded, new_parent, kernels_of
+    return folded, new_parent, kernels_of, target
 
 
 def subtree_sums(parent: I64, values: I64) -> I64:
