@@ -101,6 +101,8 @@ def test_every_torch_row_is_there_with_its_numbers(golden: Path, mode: str) -> N
 
 def _problems(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
     out = [f"{ours}: {got[ours]} != {want[theirs]}" for ours, theirs in EXACT.items() if got[ours] != want[theirs]]
+    if got.get("flops", 0) != (want.get("flops") or 0):  # with_flops sessions only
+        out.append(f"flops: {got.get('flops')} != {want['flops']}")
     gpu_side_annotation = got["device"] == "cuda" and got["kind"] == "annotation"
     for ours, theirs in TIMES.items():
         mine, torch = got[ours] / 1e3, want[theirs]
@@ -116,25 +118,28 @@ def _problems(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
 
 
 def test_the_goldens_cover_what_they_must() -> None:
-    """The sweep above is only as good as its goldens: torch 2.11 from the H200, every mode, memory, stacks."""
+    """The sweep above is only as good as its goldens: torch 2.11 from the H200, every mode, memory,
+    stacks, FLOPs; and the tables of two of them are the same bytes as torch's."""
     names = {param_path(g).name for g in GOLDENS}
     assert {"seed_linear.key_averages.json", "ka_train_mem.ka.json", "ka_stack_verbose.ka.json"} <= names
     path = next(param_path(g) for g in GOLDENS if param_path(g).name == "ka_stack_verbose.ka.json")
     verbose = json.loads(path.read_text())
     assert sum(1 for r in verbose["by_stack"] if r["stack"]) > 200
     assert len(cases()) >= 2 * len(GOLDENS)
+    for name in ("ka_train_mem", "ka_cnn_bf16"):
+        golden = fixture(f"key_averages/h200/{name}.ka.json")
+        table = CliRunner().invoke(main, ["ops", str(trace_of(golden)), "--like", "torch", "--sort", "cuda_time_total"])
+        assert table.stdout == json.loads(golden.read_text())["table"], name
 
 
 @pytest.mark.parametrize("golden", [pytest.param(g, id=param_path(g).name) for g in GOLDENS])
 def test_the_table_reads_as_torch_printed_it(golden: Path) -> None:
     """``table(sort_by="cuda_time_total", row_limit=25)``, digit for digit: torch's float sums are
-    replayed in torch's order. Exceptions: the last digits of the GPU side of annotations (see
-    above), and the FLOPs column of ``with_flops`` sessions, which the trace cannot give."""
+    replayed in torch's order, FLOPs estimated from the input shapes as torch estimates them.
+    The one exception: the last digits of the GPU side of annotations (see above)."""
     golden = param_path(golden)
     reference = json.loads(golden.read_text())
     expected = reference["table"]
-    if "FLOPs" in expected.splitlines()[1]:
-        pytest.skip("with_flops: torch's table has a FLOPs column; a trace has no FLOPs")
     result = CliRunner().invoke(main, ["ops", str(trace_of(golden)), "--like", "torch", "--sort", "cuda_time_total"])
     assert result.exit_code == 0, result.output
     ours, theirs = result.output.splitlines(), expected.splitlines()
@@ -155,17 +160,25 @@ def _user(row: dict[str, Any], reference: dict[str, Any]) -> bool:
 # -- a session of our own with the CPU build of torch ---------------------------------------------
 @pytest.mark.torch
 def test_a_cpu_session_of_torch_213_gives_its_own_key_averages(tmp_path: Path) -> None:
-    """Today's torch (2.13, CPU): memory, shapes and annotations, compared the same way."""
+    """Today's torch (2.13, CPU): memory, shapes, FLOPs (conv2d, addmm, mul, add) and
+    annotations, compared the same way."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, record_function
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 32))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 4 * 4, 32),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+    settings = {"record_shapes": True, "profile_memory": True, "with_flops": True}
+    with profile(activities=[ProfilerActivity.CPU], **settings) as prof:
         for _ in range(3):
             with record_function("step_part"):
-                model(torch.randn(16, 128)).sum().backward()
+                x = torch.randn(4, 3, 8, 8)
+                (model(x * 2.0 + x).sum()).backward()
                 opt.step()
                 opt.zero_grad()
     path = tmp_path / "cpu.json"
@@ -179,8 +192,12 @@ def test_a_cpu_session_of_torch_213_gives_its_own_key_averages(tmp_path: Path) -
                 "key": e.key,
                 "device_type": str(e.device_type),
                 "input_shapes": str(e.input_shapes),
+                "flops": e.flops,
                 **{theirs: getattr(e, theirs) for theirs in (*TIMES.values(), *EXACT.values())},
             }
             got = ours[key(want, mode)]
             assert not _problems(got, want), (e.key, _problems(got, want))
     assert any(r["cpu_mem_bytes"] for r in ours.values())
+    assert {"aten::conv2d", "aten::addmm", "aten::mul", "aten::add"} <= {
+        n for n, *_ in ours if ours[(n, *_)].get("flops")
+    }

@@ -334,6 +334,7 @@ class OpStats:
     self_gpu_mem_bytes: int
     input_shapes: str | None = None  # grouped by input shape: as torch prints them
     stack: list[str] | None = None  # grouped by stack: the first frames
+    flops: int | None = None  # sessions with with_flops=True: torch's estimate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,7 +358,8 @@ class OpsTable:
     rows: list[OpStats]
     self_cpu_total_ns: int  # torch's "Self CPU time total"
     self_gpu_total_ns: int  # torch's "Self CUDA time total": GPU rows, annotations aside
-    memory: bool  # the trace has allocator events (profile_memory)
+    memory: bool  # profile_memory: torch's table has memory columns
+    with_flops: bool = False  # with_flops: torch's table has a FLOPs column
     runtime: list[OpStats] = dataclasses.field(default_factory=list)  # own view: CUDA API calls
     differences: list[OpsDifference] = dataclasses.field(default_factory=list)  # own view vs torch
     notes: list[str] = dataclasses.field(default_factory=list)

@@ -9,6 +9,7 @@ column by column, how it differs from torch's. CSV and JSON keep nanoseconds and
 from __future__ import annotations
 
 import dataclasses
+import math
 import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -95,7 +96,7 @@ def ops_text(result: OpsTable, fmt: str, name: str, sort: str | None, top: int |
 
 def _row(r: OpStats) -> dict[str, Any]:
     out = dataclasses.asdict(r)
-    for optional in ("input_shapes", "stack"):
+    for optional in ("input_shapes", "stack", "flops"):
         if out[optional] is None:
             del out[optional]
     return out
@@ -172,6 +173,8 @@ class _Layout:
     device_mem: bool
     shapes: bool
     source: bool
+    src_width: int = 0
+    flops: tuple[float, str] | None = None  # scale and header of the FLOPs column
 
     def line(self, values: Sequence[Any]) -> str:
         cells = [
@@ -184,10 +187,23 @@ class _Layout:
         return "".join("-" * w + "  " for w in self.widths)
 
 
+_FLOPS = ["FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs"]
+
+
+def _flops_scale(every: Sequence[Row]) -> tuple[float, str] | None:
+    """torch's ``auto_scale_flops`` of the smallest positive FLOPs."""
+    raw = [r.stats.flops for r in every if r.stats.flops]
+    if not raw:
+        return None
+    log = max(0.0, min(math.log10(min(raw)) / 3, float(len(_FLOPS) - 1)))
+    return pow(10, math.floor(log) * -3.0), _FLOPS[int(log)]
+
+
 def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> _Layout:
-    rows = [r.stats for r in shown]
+    """The columns as torch lays them out; widths from every row, not only those shown."""
+    rows = [r.stats for r in every]
     device = any(r.times()[2] > 0 for r in every)
-    device_mem = result.memory and any(r.stats.self_gpu_mem_bytes > 0 for r in every)
+    device_mem = result.memory and any(r.self_gpu_mem_bytes > 0 for r in rows)
     shapes = any(r.input_shapes for r in rows)
     source = any(r.stack for r in rows)
     headers = ["Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
@@ -196,18 +212,23 @@ def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> _La
     if result.memory:
         headers += ["CPU Mem", "Self CPU Mem"] + (["CUDA Mem", "Self CUDA Mem"] if device_mem else [])
     headers.append("# of Calls")
-    name_width = min(max((len(r.name) for r in rows), default=0) + 4, _NAME_WIDTH)
-    widths = [name_width] + [_WIDTH] * (len(headers) - 1)
+    widths = [min(max((len(r.name) for r in rows), default=0) + 4, _NAME_WIDTH)] + [_WIDTH] * (len(headers) - 1)
+    left = [False] * len(widths)
+    src_width = min(max((len(e) for r in rows for e in (r.stack or [])), default=0) + 4, _SRC_WIDTH)
     if shapes:
         headers.append("Input Shapes")
         widths.append(min(max(len(str(r.input_shapes)) for r in rows) + 4, _SHAPES_WIDTH))
+        left.append(False)
     if source:
         headers.append("Source Location")
-        widths.append(min(max(len(e) for r in rows for e in (r.stack or [""])) + 4, _SRC_WIDTH))
-    left = [False] * len(widths)
-    if source:
-        left[-1] = True
-    return _Layout(headers, widths, left, device, device_mem, shapes, source)
+        widths.append(src_width)
+        left.append(True)
+    flops = _flops_scale(every) if result.with_flops else None
+    if flops:
+        headers.append(f"Total {flops[1]}")
+        widths.append(_WIDTH)
+        left.append(False)
+    return _Layout(headers, widths, left, device, device_mem, shapes, source, src_width, flops)
 
 
 def _totals(every: Sequence[Row]) -> tuple[float, float]:
@@ -252,6 +273,8 @@ def _values(lay: _Layout, row: Row, cpu_total: float, gpu_total: float) -> list[
     values.append(str(r.calls))
     if lay.shapes:
         values.append(str(r.input_shapes)[: lay.widths[len(values)]])
+    if lay.flops:  # torch puts this value before the Source Location, whose header comes first
+        values.append(f"{r.flops * lay.flops[0]:8.3f}" if r.flops else "--")
     return values
 
 
@@ -260,9 +283,9 @@ def _lines(lay: _Layout, r: Row, cpu_total: float, gpu_total: float) -> list[str
     if not lay.source:
         return [lay.line(values)]
     stack = list(r.stats.stack or [])
-    lines = [lay.line([*values, _trim(stack[0], lay.widths[-1]) if stack else ""])]
+    lines = [lay.line([*values, _trim(stack[0], lay.src_width) if stack else ""])]
     blank = [""] * (len(lay.headers) - 1)
-    lines += [lay.line([*blank, _trim(entry, lay.widths[-1])]) for entry in stack[1:]]
+    lines += [lay.line([*blank, _trim(entry, lay.src_width)]) for entry in stack[1:]]
     lines.append(lay.line([*blank, ""]))
     return lines
 

@@ -10,13 +10,16 @@ the differences to torch's, column by column.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv import io
+from traceconv import schema as S
 from traceconv.analyses import common
 from traceconv.analyses.common import is_parquet
 from traceconv.analyses.key_averages import aggregate as A
@@ -28,36 +31,49 @@ from traceconv.errors import UsageError
 
 INPUT_COLUMNS = tuple(dict.fromkeys(("source", *P.INPUT_COLUMNS)))
 KINDS = tuple(dict.fromkeys((*P.KINDS, "other")))  # other: Kineto's profiler span (torch's time origin)
+TRACE_KEY = S.META_TRACE
 
 
 def load(path: str | Path, by_shape: bool = False, stack_n: int = 0) -> pa.Table:
-    """The rows and columns :func:`key_averages` reads from any input. From Parquet, the ``args``
-    text (most of a trace's bytes) is read only where shapes or stacks are asked for: of
-    operators and annotations."""
+    """The rows and columns :func:`key_averages` reads from any input, with the trace's own
+    metadata (its profiler settings). From Parquet, the ``args`` text (most of a trace's
+    bytes) is read only where shapes, stacks or FLOPs need it: of operators and annotations."""
     path = Path(path)
     if not is_parquet(path):
         table = common.load(path, columns=INPUT_COLUMNS)
-        return (
-            table
-            if by_shape or stack_n
-            else table.set_column(table.column_names.index("args"), "args", pa.nulls(table.num_rows, pa.string()))
-        )
+        meta = table.schema.metadata
+        if not (by_shape or stack_n or session(table).get("with_flops")):
+            table = table.set_column(table.column_names.index("args"), "args", pa.nulls(table.num_rows, pa.string()))
+        return table.replace_schema_metadata(meta)
+    meta = io.trace_metadata(path)["trace"] if path.is_file() else {}
     lean = [c for c in INPUT_COLUMNS if c != "args"]
     main = io.read_table(path, kinds=[k for k in KINDS if k != "other"], columns=lean)
     other = io.read_table(path, kinds=["other"], columns=lean)
     spans = other.filter(pc.equal(other["category"].cast(pa.string()), "Trace"))
     table = pa.concat_tables([main, spans])
-    if not (by_shape or stack_n):
-        return table.append_column("args", pa.nulls(table.num_rows, pa.string()))
-    args = io.read_table(path, kinds=["cpu_op", "nvtx"], columns=["event_id", "args"])
-    return table.join(args, "event_id", join_type="left outer")
+    if by_shape or stack_n or meta.get("with_flops"):
+        args = io.read_table(path, kinds=["cpu_op", "nvtx"], columns=["event_id", "args"])
+        table = table.join(args, "event_id", join_type="left outer")
+    else:
+        table = table.append_column("args", pa.nulls(table.num_rows, pa.string()))
+    return table.replace_schema_metadata({TRACE_KEY: json.dumps(meta)})
+
+
+def session(table: pa.Table) -> dict[str, Any]:
+    """The trace's own metadata (``profile_memory``, ``with_flops`` ...), {} when unknown."""
+    raw = (table.schema.metadata or {}).get(TRACE_KEY)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def key_averages(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsTable:
     """torch's ``key_averages(group_by_input_shape=by_shape, group_by_stack_n=stack_n)`` of one trace."""
     source, ev = _events(table, by_shape, stack_n)
     measured = A.measure(ev, stack_n)
-    out = _table(source, "torch", measured, A.rows(measured, ev.names, by_shape, stack_n), by_shape, stack_n)
+    out = _table(table, source, "torch", measured, A.rows(measured, ev.names, by_shape, stack_n), by_shape, stack_n)
     return replace(out, torch_us=A.torch_us(measured, by_shape, stack_n))
 
 
@@ -67,7 +83,7 @@ def operators(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsT
     measured = A.measure(ev, stack_n)
     torch_rows = A.rows(measured, ev.names, by_shape, stack_n)
     rows, mine = N.view(measured, ev.names, by_shape, stack_n)
-    out = _table(source, "traceconv", mine, rows, by_shape, stack_n)
+    out = _table(table, source, "traceconv", mine, rows, by_shape, stack_n)
     return replace(
         out,
         self_cpu_total_ns=sum(r.self_cpu_ns for r in rows),
@@ -82,7 +98,8 @@ def _events(table: pa.Table, by_shape: bool, stack_n: int) -> tuple[str, Events]
         from traceconv.analyses.key_averages import nsys
 
         return source, nsys.events(table, with_shapes=by_shape)
-    return source, P.events(table, with_shapes=by_shape, with_stacks=stack_n > 0)
+    flops = bool(session(table).get("with_flops"))
+    return source, P.events(table, with_shapes=by_shape, with_stacks=stack_n > 0, with_flops=flops)
 
 
 def _notes(source: str, rows: list[OpStats], by_shape: bool, stack_n: int) -> list[str]:
@@ -101,10 +118,14 @@ def _notes(source: str, rows: list[OpStats], by_shape: bool, stack_n: int) -> li
     return out
 
 
-def _table(source: str, view: str, measured: A.Measured, rows: list[OpStats], by_shape: bool, stack_n: int) -> OpsTable:
+def _table(
+    table: pa.Table, source: str, view: str, measured: A.Measured, rows: list[OpStats], by_shape: bool, stack_n: int
+) -> OpsTable:
     frame = measured.frame
     gpu_rows = ((frame["device"] == "cuda") & ~frame["user"]).to_numpy()
-    memory = bool((frame["what"] == MEMORY).any() or frame["cpu_mem_bytes"].any() or frame["gpu_mem_bytes"].any())
+    flags = session(table)
+    seen = bool((frame["what"] == MEMORY).any() or frame["cpu_mem_bytes"].any() or frame["gpu_mem_bytes"].any())
+    memory = bool(flags["profile_memory"]) if "profile_memory" in flags else seen
     return OpsTable(
         source=source,
         view=view,
@@ -113,6 +134,7 @@ def _table(source: str, view: str, measured: A.Measured, rows: list[OpStats], by
         self_cpu_total_ns=int(frame["self_cpu_ns"].sum()),
         self_gpu_total_ns=int(frame.loc[gpu_rows, "self_gpu_ns"].sum()),
         memory=memory,
+        with_flops=bool(flags.get("with_flops")) and source == "pytorch",
         notes=_notes(source, rows, by_shape, stack_n),
     )
 
@@ -132,4 +154,4 @@ def _source(table: pa.Table) -> str:
     return "nsys" if values == ["nsys"] else "pytorch"
 
 
-__all__ = ["INPUT_COLUMNS", "key_averages", "load", "operators"]
+__all__ = ["INPUT_COLUMNS", "key_averages", "load", "operators", "session"]

@@ -75,6 +75,8 @@ def measure(ev: Events, stack_n: int = 0) -> Measured:
     frame["what"] = ev.what
     frame["device"] = np.where(cpu, "cpu", "cuda")
     frame["user"] = ev.is_user
+    if ev.flops is not None:
+        frame["flops"] = ev.flops
     if ev.shapes is not None:
         frame["input_shapes"] = ev.shapes
     if stack_n and ev.stacks is not None and ev.seq is not None and ev.fwd is not None:
@@ -134,7 +136,8 @@ def rows(measured: Measured, names: list[str], by_shape: bool, stack_n: int) -> 
     if stack_n:
         work["stack_key"] = ["\x00".join(s) for s in work["stack"]]
     grouped = work.groupby(keys, sort=False, dropna=False)
-    sums = grouped[[*_VALUES, "calls"]].sum()
+    flops = "flops" in frame.columns
+    sums = grouped[[*_VALUES, "calls", *(["flops"] if flops else [])]].sum()
     firsts = grouped[["what"] + (["stack"] if stack_n else [])].first()
     out = []
     for key, values in sums.iterrows():
@@ -148,6 +151,7 @@ def rows(measured: Measured, names: list[str], by_shape: bool, stack_n: int) -> 
                 calls=int(values["calls"]),
                 **{k: int(values[k]) for k in _VALUES},
                 input_shapes=str(parts["input_shapes"]) if by_shape else None,
+                flops=int(values["flops"]) if flops else None,
                 stack=list(first["stack"]) if stack_n else None,
             )
         )

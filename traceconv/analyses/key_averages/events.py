@@ -56,6 +56,7 @@ class Events:
     fwd: I64 | None = None  # ``Fwd thread id``, 0 for none
     kernels_us: F64 | None = None  # ``kernels_ns`` as torch sums it, in float microseconds
     launched_ns: I64 | None = None  # own view: GPU time of the work launched right inside (the reader's link)
+    flops: I64 | None = None  # torch's FLOPs estimate (with_flops sessions)
     origin: int = 0  # torch's ``trace_start_ns``: its times are microseconds from here
 
     def __len__(self) -> int:

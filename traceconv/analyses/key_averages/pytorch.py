@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.analyses.key_averages import flops as F
 from traceconv.analyses.key_averages import memory as M
 from traceconv.analyses.key_averages import replay as R
 from traceconv.analyses.key_averages import stacks as ST
@@ -103,7 +104,7 @@ class Trace:
     origin: int  # torch's trace_start_ns: the start of the profiler's span
 
 
-def events(table: pa.Table, with_shapes: bool = False, with_stacks: bool = False) -> Events:
+def events(table: pa.Table, with_shapes: bool = False, with_stacks: bool = False, with_flops: bool = False) -> Events:
     """torch's FunctionEvents of a PyTorch trace, in event-list order."""
     trace = _trace(table)
     filtered = np.array([n in FILTERED for n in trace.names] + [False], bool)
@@ -142,6 +143,8 @@ def events(table: pa.Table, with_shapes: bool = False, with_stacks: bool = False
         out.shapes = ST.shapes(trace.table, trace.what, idx)
     if with_stacks:
         out.stacks, out.seq, out.fwd = ST.stacks(trace, idx, parent, stacked)
+    if with_flops:
+        out.flops = F.flops(trace.names, trace.name, trace.table["args"], idx)
     out = _with_free_records(out, names, trace.names, records, free, labels)
     return _in_list_order(out)
 
@@ -320,6 +323,8 @@ def _with_free_records(
     out.kernels_ns = cat([out.kernels_ns, np.zeros(k, np.int64)])
     if out.launched_ns is not None:
         out.launched_ns = cat([out.launched_ns, np.zeros(k, np.int64)])
+    if out.flops is not None:
+        out.flops = cat([out.flops, np.zeros(k, np.int64)])
     if out.kernels_us is not None:
         out.kernels_us = cat([out.kernels_us, np.zeros(k, np.float64)])
     out.cpu_mem, out.gpu_mem = cat([out.cpu_mem, records.cpu_bytes[free]]), cat([out.gpu_mem, records.gpu_bytes[free]])
@@ -342,6 +347,8 @@ def _in_list_order(ev: Events) -> Events:
         out.kernels_us = ev.kernels_us[order]
     if ev.launched_ns is not None:
         out.launched_ns = ev.launched_ns[order]
+    if ev.flops is not None:
+        out.flops = ev.flops[order]
     if ev.shapes is not None:
         out.shapes = ev.shapes[order]
     if ev.stacks is not None and ev.seq is not None and ev.fwd is not None:
