@@ -40,18 +40,55 @@ class Measured:
     parent: I64  # into the frame's rows, CPU events only; -1 for roots and GPU events
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """The CPU events (``cpu``: their indices), their parents among them after folding repeats,
+    which are folded (and into which event), and whose kernels each one ends up with."""
+
+    cpu: I64
+    parent: I64
+    folded: Bools
+    kernels_of: I64
+    target: I64
+
+    def full_parent(self, n: int) -> I64:
+        """Parents as indices of all ``n`` events (-1 for roots and GPU events)."""
+        out = np.full(n, -1, np.int64)
+        out[self.cpu] = np.where(self.parent >= 0, self.cpu[np.maximum(self.parent, 0)], -1)
+        return out
+
+
 def measure(ev: Events, stack_n: int = 0) -> Measured:
     """torch's per-event figures after building the tree and folding repeats."""
-    cpu = ev.is_cpu
-    ci = np.flatnonzero(cpu)
+    ci = np.flatnonzero(ev.is_cpu)
     parent = T.parents(ev.thread[ci], ev.start[ci], ev.end[ci])
     folded, parent, kernels_of, target = T.merge_repeats(parent, ev.name[ci])
-    keep = ~folded
-    kernels = np.where(keep, ev.kernels_ns[ci][kernels_of], 0)
+    tree = _Tree(ci, parent, folded, kernels_of, target)
+    frame = pd.DataFrame(_figures(ev, tree))
+    frame["name"], frame["what"], frame["user"] = ev.name, ev.what, ev.is_user
+    frame["device"] = np.where(ev.is_cpu, "cpu", "cuda")
+    for extra in ("flops", "shapes"):
+        values = getattr(ev, extra)
+        if values is not None:
+            frame["input_shapes" if extra == "shapes" else extra] = values
+    alive = np.ones(len(ev), bool)
+    alive[ci[tree.folded]] = False
+    rows = np.flatnonzero(alive)
+    parent = _among(tree.full_parent(len(ev)), rows)
+    if stack_n and ev.stacks is not None:
+        frame["stack"] = _stacks(ev, rows, parent, stack_n)
+    if ev.kernels_us is not None:
+        _floats(frame, ev, ci, tree.parent, ~tree.folded, tree.kernels_of)
+    return Measured(frame.iloc[rows].reset_index(drop=True), parent)
+
+
+def _figures(ev: Events, tree: _Tree) -> dict[str, I64]:
+    """Self and total CPU time, GPU time and memory of every event (folded ones: 0)."""
+    ci, parent, keep = tree.cpu, tree.parent, ~tree.folded
+    kernels = np.where(keep, ev.kernels_ns[ci][tree.kernels_of], 0)
     dur = np.where(keep, (ev.end - ev.start)[ci], 0)
     cpu_mem, gpu_mem = np.where(keep, ev.cpu_mem[ci], 0), np.where(keep, ev.gpu_mem[ci], 0)
-    n = len(ev)
-    figures = {k: np.zeros(n, np.int64) for k in _VALUES}
+    figures = {k: np.zeros(len(ev), np.int64) for k in _VALUES}
     figures["cpu_total_ns"][ci] = dur
     figures["self_cpu_ns"][ci] = dur - T.child_sums(parent, dur)
     figures["self_gpu_ns"][ci] = kernels
@@ -59,52 +96,33 @@ def measure(ev: Events, stack_n: int = 0) -> Measured:
     figures["cpu_mem_bytes"][ci], figures["gpu_mem_bytes"][ci] = cpu_mem, gpu_mem
     figures["self_cpu_mem_bytes"][ci] = cpu_mem - T.child_sums(parent, cpu_mem)
     figures["self_gpu_mem_bytes"][ci] = gpu_mem - T.child_sums(parent, gpu_mem)
-    gi = np.flatnonzero(~cpu)
+    gi = np.flatnonzero(~ev.is_cpu)
     figures["self_gpu_ns"][gi] = figures["gpu_total_ns"][gi] = (ev.end - ev.start)[gi]
     if ev.launched_ns is not None:  # own view: a folded event's GPU time goes to the one it folds into
         launched = ev.launched_ns[ci].astype(np.int64).copy()
-        np.add.at(launched, target[folded], launched[folded])
-        figures["launched_ns"] = np.zeros(n, np.int64)
+        np.add.at(launched, tree.target[tree.folded], launched[tree.folded])
+        figures["launched_ns"] = np.zeros(len(ev), np.int64)
         figures["launched_ns"][ci] = np.where(keep, launched, 0)
-    alive = np.ones(n, bool)
-    alive[ci[folded]] = False
-    full_parent = np.full(n, -1, np.int64)
-    full_parent[ci] = np.where(parent >= 0, ci[np.maximum(parent, 0)], -1)
-    frame = pd.DataFrame(figures)
-    frame["name"] = ev.name
-    frame["what"] = ev.what
-    frame["device"] = np.where(cpu, "cpu", "cuda")
-    frame["user"] = ev.is_user
-    if ev.flops is not None:
-        frame["flops"] = ev.flops
-    if ev.shapes is not None:
-        frame["input_shapes"] = ev.shapes
-    if stack_n and ev.stacks is not None and ev.seq is not None and ev.fwd is not None:
-        alive_rows = np.flatnonzero(alive)
-        remap = np.full(n, -1, np.int64)
-        remap[alive_rows] = np.arange(len(alive_rows))
-        sub_parent = np.where(full_parent[alive_rows] >= 0, remap[np.maximum(full_parent[alive_rows], 0)], -1)
-        stacks = ST.backward(
-            ev.names,
-            ev.name[alive_rows],
-            sub_parent,
-            ev.thread[alive_rows],
-            ev.seq[alive_rows],
-            ev.fwd[alive_rows],
-            [ev.stacks[i] for i in alive_rows],
-        )
-        column: list[tuple[str, ...]] = [()] * n
-        for k, i in enumerate(alive_rows):
-            column[i] = tuple(stacks[k][:stack_n])
-        frame["stack"] = pd.Series(column, dtype=object)
-    if ev.kernels_us is not None:
-        _floats(frame, ev, ci, parent, keep, kernels_of)
-    rows = np.flatnonzero(alive)
-    out = frame.iloc[rows].reset_index(drop=True)
-    remap = np.full(n, -1, np.int64)
+    return figures
+
+
+def _among(parent: I64, rows: I64) -> I64:
+    """``parent`` (indices of all events) as positions among ``rows``."""
+    remap = np.full(len(parent), -1, np.int64)
     remap[rows] = np.arange(len(rows))
-    new_parent = np.where(full_parent[rows] >= 0, remap[np.maximum(full_parent[rows], 0)], -1)
-    return Measured(out, new_parent)
+    return np.where(parent[rows] >= 0, remap[np.maximum(parent[rows], 0)], -1).astype(np.int64)
+
+
+def _stacks(ev: Events, rows: I64, parent: I64, stack_n: int) -> pd.Series:
+    """The first ``stack_n`` frames of every event (events under a backward function: the forward's)."""
+    assert ev.stacks is not None and ev.seq is not None and ev.fwd is not None
+    stacks = ST.backward(
+        ev.names, ev.name[rows], parent, ev.thread[rows], ev.seq[rows], ev.fwd[rows], [ev.stacks[i] for i in rows]
+    )
+    column: list[tuple[str, ...]] = [()] * len(ev)
+    for k, i in enumerate(rows):
+        column[i] = tuple(stacks[k][:stack_n])
+    return pd.Series(column, dtype=object)
 
 
 US = ("self_cpu_us", "cpu_total_us", "self_gpu_us", "gpu_total_us")

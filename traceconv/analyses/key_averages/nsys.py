@@ -20,8 +20,10 @@ import pyarrow as pa
 from traceconv.analyses.key_averages.events import (
     ANNOTATION,
     GPU,
+    I64,
     OP,
     RUNTIME,
+    Bools,
     Events,
     column,
     encode,
@@ -43,12 +45,12 @@ def events(table: pa.Table, with_shapes: bool = False) -> Events:
     rows = kinds(table, KINDS)
     if "event_id" in rows.column_names:
         rows = rows.sort_by("event_id")
-    kind, full = text(rows, "kind"), text(rows, "name")
+    kind = text(rows, "kind")
     host = (kind != "nvtx") | ~present(rows, "device")  # nvtx rows with a device are GPU projections
-    rows, kind, full = rows.filter(pa.array(host)), kind[host], full[host]
+    rows, kind = rows.filter(pa.array(host)), kind[host]
+    full = text(rows, "name")
     is_op = np.array([bool(_SUFFIX.search(s)) for s in full], bool) & (kind == "nvtx")
-    what = np.array([_CLASS.get(k, ANNOTATION) for k in kind], np.int64)
-    what[is_op] = OP
+    what = np.where(is_op, OP, np.array([_CLASS.get(k, ANNOTATION) for k in kind], np.int64))
     name = np.array([_SUFFIX.sub("", s) for s in full], dtype=object)
     keep = ~np.isin(name, list(FILTERED))
     start = column(rows, "start_ns")
@@ -58,33 +60,35 @@ def events(table: pa.Table, with_shapes: bool = False) -> Events:
     # ids are event_id + 1, so that 0 means "no operator"
     linked = np.where(ranges, 0, lookup(row[ranges], row[ranges] + 1, column(rows, "op_event_id", -1), 0))
     fid = np.where(ranges, row + 1, -1)
-    thread = np.where(linked > 0, lookup(row[ranges] + 1, tid[ranges], linked, -1), tid)
-    thread = np.where(thread >= 0, thread, tid)
-    gpu = keep & (what == GPU) & (linked > 0)
-    ids, inverse = np.unique(linked[gpu], return_inverse=True)
-    sums = np.zeros(len(ids), np.int64)
-    np.add.at(sums, inverse, (end - start)[gpu])
-    kernels = np.where(ranges, lookup(ids, sums, fid, 0), 0)
+    thread = np.where(linked > 0, lookup(row[ranges] + 1, tid[ranges], linked, -1), -1)
     idx = np.flatnonzero(keep)
     name_codes, names = encode(name[idx])
     zeros = np.zeros(len(idx), np.int64)
     out = Events(
-        what=what[idx],
+        what=what[idx].astype(np.int64),
         name=name_codes,
         names=names,
-        thread=thread[idx],
+        thread=np.where(thread >= 0, thread, tid)[idx],
         start=start[idx],
         end=end[idx],
         fid=fid[idx],
-        kernels_ns=kernels[idx].astype(np.int64),
+        kernels_ns=_kernels(keep & (what == GPU), linked, end - start, fid, ranges)[idx],
         cpu_mem=zeros,
         gpu_mem=zeros.copy(),
         row=row[idx],
     )
     if with_shapes:
         out.shapes = np.array([_shapes(full[i]) if is_op[i] else "[]" for i in idx], dtype=object)
-    order = np.lexsort((out.row, -out.end, out.start))
-    return _take(out, order)
+    return _take(out, np.lexsort((out.row, -out.end, out.start)))
+
+
+def _kernels(gpu: Bools, linked: I64, dur: I64, fid: I64, ranges: Bools) -> I64:
+    """Per range, the GPU time of the work launched right inside it."""
+    gpu = gpu & (linked > 0)
+    ids, inverse = np.unique(linked[gpu], return_inverse=True)
+    sums = np.zeros(len(ids), np.int64)
+    np.add.at(sums, inverse, dur[gpu])
+    return np.where(ranges, lookup(ids, sums, fid, 0), 0).astype(np.int64)
 
 
 def _shapes(label: str) -> str:

@@ -111,21 +111,13 @@ def events(table: pa.Table, with_shapes: bool = False, with_stacks: bool = False
     keep = (trace.what >= 0) & ~filtered[trace.name]
     fid, parent, stacked = _fids(trace)
     cpu = keep & (trace.what != GPU) & (trace.what != GPU_ANNOTATION)
-    thread = _threads(trace)
-    kernels, kernels_us, thread = _kernels(trace, fid, thread, keep, cpu)
-    records = _records(trace, RECORD)
-    cpu_mem, gpu_mem, used = M.attribute(records, trace.start[cpu], trace.end[cpu])
-    ooms = _records(trace, MEMORY)
-    labels = np.array(["[memory]"] * len(records.time) + ["[OutOfMemory]"] * len(ooms.time), dtype=object)
-    records, free = _free(records, ~used, ooms)
+    kernels, kernels_us, thread = _kernels(trace, fid, _threads(trace), keep, cpu)
+    mem_cpu, mem_gpu, records, free, labels = _memory(trace, cpu)
     idx = np.flatnonzero(keep)
-    mem_cpu = np.zeros(len(trace.what), np.int64)
-    mem_gpu = np.zeros(len(trace.what), np.int64)
-    mem_cpu[cpu], mem_gpu[cpu] = cpu_mem, gpu_mem
     out = Events(
         what=trace.what[idx],
-        name=np.empty(0, np.int64),
-        names=[],
+        name=trace.name[idx],
+        names=trace.names,
         thread=thread[idx],
         start=trace.start[idx],
         end=trace.end[idx],
@@ -138,15 +130,27 @@ def events(table: pa.Table, with_shapes: bool = False, with_stacks: bool = False
         launched_ns=_launched(trace)[idx],
         origin=trace.origin,
     )
-    names = trace.name[idx]
     if with_shapes:
         out.shapes = ST.shapes(trace.table, trace.what, idx)
     if with_stacks:
         out.stacks, out.seq, out.fwd = ST.stacks(trace, idx, parent, stacked)
     if with_flops:
         out.flops = F.flops(trace.names, trace.name, trace.table["args"], idx)
-    out = _with_free_records(out, names, trace.names, records, free, labels)
-    return _in_list_order(out)
+    return _in_list_order(_with_free_records(out, records, free, labels))
+
+
+def _memory(trace: Trace, cpu: Bools) -> tuple[I64, I64, M.Records, Bools, np.ndarray]:
+    """Per row, the CPU and device memory of the CPU events; the allocator and out-of-memory
+    events left to rows of their own (``free``) and their names."""
+    records = _records(trace, RECORD)
+    cpu_mem, gpu_mem, used = M.attribute(records, trace.start[cpu], trace.end[cpu])
+    ooms = _records(trace, MEMORY)
+    labels = np.array(["[memory]"] * len(records.time) + ["[OutOfMemory]"] * len(ooms.time), dtype=object)
+    records, free = _free(records, ~used, ooms)
+    mem_cpu = np.zeros(len(trace.what), np.int64)
+    mem_gpu = np.zeros(len(trace.what), np.int64)
+    mem_cpu[cpu], mem_gpu[cpu] = cpu_mem, gpu_mem
+    return mem_cpu, mem_gpu, records, free, labels
 
 
 def _trace(table: pa.Table) -> Trace:
@@ -306,14 +310,12 @@ def _free(records: M.Records, free: Bools, ooms: M.Records) -> tuple[M.Records, 
     return both, np.concatenate([free, np.ones(len(ooms.time), bool)])
 
 
-def _with_free_records(
-    out: Events, name: I64, names: list[str], records: M.Records, free: Bools, labels: np.ndarray
-) -> Events:
+def _with_free_records(out: Events, records: M.Records, free: Bools, labels: np.ndarray) -> Events:
     """The allocator events no CPU event took, as events of their own (``[memory]``, ``[OutOfMemory]``)."""
     k = int(free.sum())
-    extra = {label: len(names) + i for i, label in enumerate(("[memory]", "[OutOfMemory]"))}
-    out.names = [*names, *extra]
-    out.name = np.concatenate([name, np.array([extra[str(v)] for v in labels[free]], np.int64)])
+    extra = {label: len(out.names) + i for i, label in enumerate(("[memory]", "[OutOfMemory]"))}
+    out.names = [*out.names, *extra]
+    out.name = np.concatenate([out.name, np.array([extra[str(v)] for v in labels[free]], np.int64)])
     cat = np.concatenate
 
     out.what = cat([out.what, np.full(k, MEMORY, np.int64)])
