@@ -39,13 +39,13 @@ def load(path: str | Path, by_shape: bool = False, stack_n: int = 0) -> pa.Table
     metadata (its profiler settings). From Parquet, the ``args`` text (most of a trace's
     bytes) is read only where shapes, stacks or FLOPs need it: of operators and annotations."""
     path = Path(path)
-    if not is_parquet(path):
+    if not (path.is_file() and is_parquet(path)):  # a trace, a report, a directory of them or of Parquet files
         table = common.load(path, columns=INPUT_COLUMNS)
         meta = table.schema.metadata
         if not (by_shape or stack_n or session(table).get("with_flops")):
             table = table.set_column(table.column_names.index("args"), "args", pa.nulls(table.num_rows, pa.string()))
         return table.replace_schema_metadata(meta)
-    meta = io.trace_metadata(path)["trace"] if path.is_file() else {}
+    meta = io.trace_metadata(path)["trace"]
     lean = [c for c in INPUT_COLUMNS if c != "args"]
     main = io.read_table(path, kinds=[k for k in KINDS if k != "other"], columns=lean)
     other = io.read_table(path, kinds=["other"], columns=lean)
