@@ -15,23 +15,9 @@ from pandas.core.groupby import SeriesGroupBy
 from traceconv import io
 from traceconv import schema as S
 from traceconv.errors import InputError, TraceconvError, UsageError
-
-PARQUET_MAGIC = b"PAR1"
+from traceconv.io import is_parquet
 
 Data = Union[pa.Table, pd.DataFrame]
-
-
-def is_parquet(path: Path) -> bool:
-    """True for a Parquet file (by its magic bytes) or a directory holding Parquet files."""
-    if path.is_dir():
-        return True
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == PARQUET_MAGIC
-    except FileNotFoundError:
-        raise InputError(path, "does not exist", "check the path") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot be read ({exc.strerror or exc})", "check the path and permissions") from exc
 
 
 def load(
