@@ -81,11 +81,19 @@ def read(path: Path) -> Trace:
                     interned[seq][number, entry.iid] = entry.name
         if packet.HasField("track_descriptor"):
             out.tracks[packet.track_descriptor.uuid] = packet.track_descriptor
-        if packet.HasField("track_event"):
-            events.append((packet.timestamp, order, packet.track_event, dict(interned[seq])))
+        if packet.HasField("track_event"):  # names resolved now, in file order, as the tokenizer does
+            events.append((packet.timestamp, order, packet.track_event, _names(packet.track_event, interned[seq])))
     events.sort(key=lambda e: (e[0], e[1]))
     _rebuild(out, events)
     return out
+
+
+def _names(ev: Any, interned: dict[tuple[int, int], str]) -> tuple[str, str, dict[str, int]]:
+    """The event's name, categories and arguments, its interned ids looked up."""
+    name = interned.get((2, ev.name_iid), ev.name)
+    category = ",".join(interned.get((1, c), "?") for c in ev.category_iids)
+    args = {interned.get((3, a.name_iid), a.name): a.int_value for a in ev.debug_annotations}
+    return name, category, args
 
 
 def _rebuild(out: Trace, events: list[Any]) -> None:
@@ -106,14 +114,15 @@ def _rebuild(out: Trace, events: list[Any]) -> None:
             if stack and ts > stack[-1].end >= 0:
                 out.problems.append(f"slice {top.name} outlives its parent on track {ev.track_uuid}")
         elif ev.type in (TE.TYPE_SLICE_BEGIN, TE.TYPE_INSTANT):
+            name, category, args = names
             s = Slice(
                 track=ev.track_uuid,
-                name=names.get((2, ev.name_iid), ev.name),
-                category=",".join(names.get((1, c), "?") for c in ev.category_iids),
+                name=name,
+                category=category,
                 start=ts,
                 end=ts if ev.type == TE.TYPE_INSTANT else -1,
                 depth=len(stack),
-                args={names.get((3, a.name_iid), a.name): a.int_value for a in ev.debug_annotations},
+                args=args,
                 flow_out=list(ev.flow_ids),
                 flow_in=list(ev.terminating_flow_ids),
                 instant=ev.type == TE.TYPE_INSTANT,

@@ -23,7 +23,7 @@ import pytest
 import traceconv
 from traceconv.render.perfetto import export
 
-from .conftest import FIXTURES, ROOT, fixture
+from .conftest import FIXTURES, ROOT, fixture, param_path, real_files
 from .perfetto_read import Slice, Trace, read
 
 SLICE_PHASES = ("X", "i")
@@ -153,6 +153,8 @@ def test_allocator_rows_are_memory_counters(exported: Any) -> None:
 def test_gpu_metric_rows_are_counters(exported: Any) -> None:
     path, table, trace = exported
     metrics = table[table["kind"] == "metric"]
+    if "value" in metrics:
+        metrics = metrics[metrics["value"].notna()]
     if metrics.empty:
         pytest.skip(f"{path.name}: this traceconv converts no GPU metric rows (kind metric)")
     samples = sum(len(v) for u, v in trace.counters.items() if trace.tracks[u].counter.unit_name)
@@ -185,3 +187,24 @@ def read_export(paths: list[Path], **options: Any) -> Trace:
         return read(out)
     finally:
         out.unlink(missing_ok=True)
+
+
+SWEEP_LIMIT = 3 << 20  # bytes: the larger real files are left to the three inputs above (time)
+SWEEP = [
+    p
+    for p in [*real_files("pytorch", ["*.json", "*.json.gz"]), *real_files("nsys", ["*.sqlite"])]
+    if param_path(p).stat().st_size <= SWEEP_LIMIT
+]
+
+
+@pytest.mark.parametrize("path", SWEEP, ids=lambda p: Path(p).name)
+def test_every_real_file_exports_every_row_nested(path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.pftrace"
+    result = export([path], out)
+    trace, rows = read(out), expected_slices(frame(traceconv.read(path)))
+    assert trace.problems == [] and crossings(trace) == []
+    slices = by_event_id(trace)
+    assert len(slices) == len(rows)
+    for row in rows.itertuples():
+        s = slices[row.event_id]
+        assert (s.name, s.start - result.shift_ns) == (row.name, row.start_ns), row

@@ -103,12 +103,19 @@ def test_an_offset_that_is_no_number_is_refused(tmp_path: Path) -> None:
     assert "--offset 'buggy' is not NAME=NS" in result.output
 
 
-def test_an_offset_before_the_epoch_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+def test_times_before_zero_move_the_whole_timeline_and_say_so(tmp_path: Path) -> None:
+    """Perfetto's timestamps are unsigned: an offset (or a relative clock) that puts times below zero
+    moves every input by the same amount, so that they stay aligned."""
     out = tmp_path / "x.pftrace"
-    result = CliRunner().invoke(main, ["perfetto", str(BUGGY), "-o", str(out), "--offset", "buggy=-9" + "0" * 18])
-    assert result.exit_code == 2
-    assert "--offset makes its times negative" in result.output
-    assert list(tmp_path.iterdir()) == []
+    first = pa.compute.min(traceconv.read(FIXED)["start_ns"]).as_py()
+    back = -(first + 5_000)
+    args = ["perfetto", str(BUGGY), str(FIXED), "-o", str(out), "--offset", f"fixed={back}"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "traceconv: note: 5,000 ns added to every time: Perfetto's cannot be negative" in result.output
+    trace = read(out)
+    assert kernels(trace, "fixed.sqlite") == table_kernels(FIXED, shift=back + 5_000)
+    assert kernels(trace, "buggy.sqlite") == table_kernels(BUGGY, shift=5_000)
 
 
 def test_cli_writes_beside_the_first_input_and_says_what(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import click
 
 from traceconv import process
 from traceconv.cli import main
-from traceconv.cli.errors import handle_errors
+from traceconv.cli.errors import handle_errors, note
 from traceconv.errors import UsageError
 
 SUFFIX = {"proto": ".pftrace", "json": ".trace.json"}
@@ -81,6 +81,8 @@ def perfetto(inputs: tuple[Path, ...], output: Path | None, fmt: str, offsets: t
         f"  {result.slices:,} slices, {result.instants:,} instants, {result.counters:,} counter samples, "
         f"{result.flows:,} flows on {result.tracks:,} tracks ({result.lanes:,} for overlapping slices)"
     )
+    if result.shift_ns:
+        note(f"{result.shift_ns:,} ns added to every time: Perfetto's cannot be negative")
     left = ", ".join(f"{reason} {count:,}" for reason, count in result.skipped.items() if count)
     if left:
         click.echo(f"  left out: {left}")

@@ -160,10 +160,17 @@ class ChromeSink:
         for lo in range(0, len(events), CHUNK):
             ts, uuid, value = (a[lo : lo + CHUNK] for a in (events.ts, events.uuid, events.value))
             pid, _ = self._where(uuid)
-            names = pa.array([self.counter_name[u] for u in uuid.tolist()], pa.string())
+            names = self._counter_names().take(pa.array(uuid))
             values = pa.array(value).cast(pa.string())
             line = _line('{"ph":"C","pid":', pid, ',"ts":', _us(ts - self.base), ',"name":', names)
             self._write(_line(line, ',"args":{"value":', values, "}},\n"))
+
+    def _counter_names(self) -> pa.Array:
+        """Each counter track's JSON name, by uuid."""
+        names = [""] * (max(self.counter_name, default=0) + 1)
+        for uuid, name in self.counter_name.items():
+            names[uuid] = name
+        return pa.array(names, pa.string())
 
     def _write(self, lines: pa.Array) -> None:
         """The lines' bytes as they lie in the array (no Python string per event)."""

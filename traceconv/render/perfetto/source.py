@@ -47,6 +47,7 @@ COLUMNS = (
 )
 BATCH_ROWS = 1 << 16
 BUCKET_ROWS = 1 << 17  # rows per time bucket, on average: what the writer holds at once
+MAX_BUCKETS = 256  # files open at once while scanning; larger inputs get larger buckets
 SAMPLE = 1 << 16  # start times kept to place the buckets
 
 
@@ -103,7 +104,7 @@ def survey(source: Input) -> None:
             kept.append(start[::every].copy())  # not a view: it would keep the whole batch
         trace_ids.update(batch.column("trace_id").unique().cast(pa.string()).to_pylist())
     source.trace_ids = sorted(trace_ids, key=lambda t: (t is None, t or ""))
-    buckets = math.ceil(source.rows / BUCKET_ROWS)
+    buckets = min(math.ceil(source.rows / BUCKET_ROWS), MAX_BUCKETS)
     if buckets > 1 and kept:
         sample = np.sort(np.concatenate(kept))
         source.bounds = np.unique(sample[(np.arange(1, buckets) * len(sample)) // buckets])

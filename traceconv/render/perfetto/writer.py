@@ -47,6 +47,7 @@ class ExportResult:
     flows: int = 0
     tracks: int = 0
     lanes: int = 0  # tracks added for slices that overlap without nesting
+    shift_ns: int = 0  # added to every time: some were negative (a relative clock, or an offset)
     skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -82,8 +83,13 @@ def export(
         for source in sources:
             survey(source)
         shifts = offsets_for(sources, offsets or {})
+        earliest = _earliest(sources, shifts)
+        if earliest < 0 and fmt == "proto":  # Perfetto's timestamps are unsigned
+            result.shift_ns = -earliest
+            shifts = {key: value - earliest for key, value in shifts.items()}
+            earliest = 0
         with _atomic(Path(out)) as fh:
-            sink: Sink = ProtoSink(fh) if fmt == "proto" else ChromeSink(fh, _earliest(sources, shifts))
+            sink: Sink = ProtoSink(fh) if fmt == "proto" else ChromeSink(fh, earliest)
             timeline = Timeline()
             for i, source in enumerate(sources):
                 _one_input(i, source, shifts, timeline, sink, result, Path(tmp))
@@ -112,6 +118,7 @@ def _one_input(
     result: ExportResult,
     tmp: Path,
 ) -> None:
+    """Scan the input into time buckets, describe its tracks and names, then write bucket by bucket."""
     seq_of, offsets = _traces(index, source, shifts, timeline)
     scanner = Scanner(timeline.tracks, timeline.names, timeline.categories, seq_of, offsets)
     whole = shifts.get((index, None), min(offsets.values(), default=0))
@@ -119,35 +126,37 @@ def _one_input(
     folder.mkdir()
     spill = Spill(folder, source.bounds + whole)
     try:
-        for batch in source.batches():
-            recs = scanner.batch(batch)
-            if len(recs) and int(recs["start"].min()) < 0:
-                raise UsageError(
-                    source.path, "--offset makes its times negative", "give it a larger offset, the others smaller"
-                )
-            spill.add(recs)
+        _scan(source, scanner, spill)
     except BaseException:
         spill.discard()
         raise
     timeline.tracks.finish()
-    first = (source.first_ns or 0) + whole
-    sink.tracks(timeline.tracks.take_pending(), max(first, 0))
+    sink.tracks(timeline.tracks.take_pending(), max((source.first_ns or 0) + whole, 0))
     sink.names(timeline.names.take_new(), timeline.categories.take_new())
-    launches = _launch_index(scanner.launches)
+    _write_buckets(spill, _launch_index(scanner.launches), timeline.tracks, sink, result)
+    for reason, count in scanner.skipped.items():
+        result.skipped[reason] = result.skipped.get(reason, 0) + count
+
+
+def _scan(source: Input, scanner: Scanner, spill: Spill) -> None:
+    for batch in source.batches():
+        spill.add(scanner.batch(batch))
+
+
+def _write_buckets(
+    spill: Spill, launches: tuple[Array, Array], tracks: Tracks, sink: Sink, result: ExportResult
+) -> None:
     sweeps: dict[int, Sweep] = {}
     totals: dict[int, float] = {}
     for recs, bound in spill.buckets():
         counter = (recs["flags"] & COUNTER) > 0
         slices, samples = _sorted(recs, ~counter, True), _sorted(recs, counter, False)
         del recs, counter  # one sorted copy of the bucket is held, not two
-        events = _slice_events(slices, bound, sweeps, timeline.tracks, launches)
-        _emit(sink, timeline.tracks, events, result)
-        counters = _counter_events(samples, timeline.tracks, totals)
+        _emit(sink, tracks, _slice_events(slices, bound, sweeps, tracks, launches), result)
+        counters = _counter_events(samples, tracks, totals)
         sink.counters(counters)
         result.counters += len(counters)
-    _emit(sink, timeline.tracks, _closing(sweeps, timeline.tracks), result)
-    for reason, count in scanner.skipped.items():
-        result.skipped[reason] = result.skipped.get(reason, 0) + count
+    _emit(sink, tracks, _closing(sweeps, tracks), result)
 
 
 def _traces(
