@@ -128,6 +128,16 @@ def test_cli_writes_beside_the_first_input_and_says_what(tmp_path: Path) -> None
     assert read(tmp_path / "buggy.pftrace").problems == []
 
 
+def test_an_output_over_an_input_is_refused(tmp_path: Path) -> None:
+    parquet = tmp_path / "buggy.parquet"
+    traceconv.convert(BUGGY, parquet)
+    before = parquet.read_bytes()
+    result = CliRunner().invoke(main, ["perfetto", str(parquet), "-o", str(parquet)])
+    assert result.exit_code == 2
+    assert "is an input of this command: writing there would destroy it; give -o another name" in result.output
+    assert parquet.read_bytes() == before
+
+
 def test_a_missing_input_is_exit_3(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["perfetto", str(tmp_path / "nope.json"), "-o", str(tmp_path / "x.pftrace")])
     assert result.exit_code == 3

@@ -77,6 +77,7 @@ def export(
     from traceconv.render.perfetto.chrome import ChromeSink
     from traceconv.render.perfetto.proto import ProtoSink
 
+    _check_output(Path(out), [Path(p) for p in inputs])
     result = ExportResult(path=Path(out), format=fmt, inputs=[str(p) for p in inputs])
     with tempfile.TemporaryDirectory(prefix="traceconv-perfetto-") as tmp:
         sources = open_inputs([Path(p) for p in inputs], Path(tmp))
@@ -267,6 +268,16 @@ def _counter_events(rows: Array, tracks: Tracks, totals: dict[int, float]) -> Co
             totals[track] = float(values[hi - 1])
     uuid = np.array([t.uuid for t in tracks.tracks], np.int64)[rows["track"]] if len(rows) else rows["track"]
     return CounterEvents(rows["start"], uuid.astype(np.int64), values)
+
+
+def _check_output(out: Path, inputs: list[Path]) -> None:
+    """Refuse an output that is an input (or inside one, a dataset directory), or a directory."""
+    target = out.resolve()
+    for src in inputs:
+        if target == src.resolve() or src.resolve() in target.parents:
+            raise UsageError(out, "is an input of this command: writing there would destroy it", "give -o another name")
+    if out.is_dir():
+        raise UsageError(out, "is a directory", "give -o a file name, e.g. trace.pftrace")
 
 
 @contextlib.contextmanager
