@@ -53,6 +53,7 @@ WRITE_BUFFER = 1 << 18
 # Data pages of 256 KiB instead of pyarrow's 1 MiB: the writer thread holds a page's worth of
 # each column while it encodes, and the args text of a row group is several pages.
 DATA_PAGE = 1 << 18
+PARQUET_MAGIC = b"PAR1"
 # What pyarrow.parquet.ParquetWriter passes to the class it wraps, where our options do not
 # say otherwise (see ``_parquet_writer``).
 WRITER_DEFAULTS: dict[str, Any] = {
@@ -291,11 +292,31 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
-    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``."""
+def is_parquet(path: Path) -> bool:
+    """True for a Parquet file (by its magic bytes) or a directory (a dataset: :func:`parquet_files`
+    says if it holds none)."""
+    if path.is_dir():
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == PARQUET_MAGIC
+    except FileNotFoundError:
+        raise InputError(path, "does not exist", "check the path") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror or exc})", "check the path and permissions") from exc
+
+
+def parquet_files(path: Path) -> list[Path]:
+    """The files of a traceconv Parquet file or dataset directory, each checked for its schema version."""
     files = _files(path)
     for f in files:
         check_version(f)
+    return files
+
+
+def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``."""
+    files = parquet_files(path)
     if columns is not None:
         unknown = sorted(set(columns) - set(S.NAMES))
         if unknown:

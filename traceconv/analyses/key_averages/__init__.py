@@ -38,7 +38,7 @@ def load(path: str | Path, by_shape: bool = False, stack_n: int = 0) -> pa.Table
     metadata (its profiler settings). From Parquet, the ``args`` text (most of a trace's
     bytes) is read only where shapes, stacks or FLOPs need it: of operators and annotations."""
     path = Path(path)
-    if not (path.is_file() and inputs.is_parquet(path)):  # a trace, a report, a directory of them or of Parquet files
+    if not (path.is_file() and io.is_parquet(path)):  # a trace, a report, a directory of them or of Parquet files
         table = _whole(path)
         meta = table.schema.metadata
         if not (by_shape or stack_n or session(table).get("with_flops")):
