@@ -271,11 +271,12 @@ def check_version(path: Path) -> dict[bytes, bytes]:
         raise SchemaVersionError(
             path, "is not a traceconv Parquet file (no schema version)", "convert the trace with `traceconv ingest`"
         )
-    if version.decode() != S.SCHEMA_VERSION:
+    if version.decode() not in S.READABLE_VERSIONS:
         raise SchemaVersionError(
             path,
-            f"was written with schema v{version.decode()}, this traceconv reads v{S.SCHEMA_VERSION}",
-            "convert the original trace again",
+            f"was written with schema v{version.decode()}, this traceconv reads "
+            + ", ".join(f"v{v}" for v in S.READABLE_VERSIONS),
+            "convert the original trace again with this traceconv, or read the file with the traceconv that wrote it",
         )
     return meta
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+# Versions whose files this traceconv reads. v2 added the columns of ADDED_IN_2 and the kind
+# `metric`; a v1 file reads as v2 with those columns null (it has no metric rows).
+READABLE_VERSIONS = ("1", "2")
 # Parquet key-value metadata keys written by traceconv (values are UTF-8 JSON or text).
 META_SCHEMA_VERSION = b"traceconv.schema_version"
 META_SOURCE = b"traceconv.source"
@@ -167,6 +170,10 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+ADDED_IN_2 = (
+    *("theoretical_occupancy_pct", "est_occupancy_pct", "occupancy_limiter", "occupancy_vs_kineto"),
+    *("value", "unit"),
+)
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 SCHEMA: pa.Schema = pa.schema([pa.field(c.name, c.type, nullable=True) for c in COLUMNS])
 
