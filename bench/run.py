@@ -97,11 +97,13 @@ def tools(sqlite3_cli: str | None) -> list[Tool]:
         Tool("hta", "HTA parse_trace_dataframe (json backend)", "json", "hta_json", "alt", "hta", slow=True),
         Tool("hta", "HTA parse_trace_dataframe (ijson_batch_and_compress)", "json", "hta_ijson", "alt", "hta",
              slow=True),
-        Tool("traceconv", "traceconv nsys", "sqlite", argv=[tc, "nsys", "{in}", "-o", "{out}/o.parquet"]),
+        Tool("traceconv", "traceconv nsys", "sqlite", streams=True, argv=[tc, "nsys", "{in}", "-o", "{out}/o.parquet"]),
         Tool("pandas", "pandas.read_sql kernel-runtime join", "sqlite", "pandas_read_sql"),
         Tool("sqlite3", "sqlite3 CLI kernel-runtime join", "sqlite", argv=sqlite_argv),
         Tool("duckdb", "DuckDB sqlite scanner join, COPY TO parquet", "sqlite", "duckdb_sqlite", "alt",
              "duckdb_extension_sqlite_scanner"),
+        Tool("duckdb", "DuckDB sqlite scanner: event tables + StringIds copied to Parquet", "sqlite",
+             "duckdb_copy_tables", "alt", "duckdb_extension_sqlite_scanner", streams=True),
     ]  # fmt: skip
 
 
@@ -125,6 +127,8 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         Input("x4", DATA / "big_train_x4.json", "json", big=True),
         Input("small", shared / "corpus" / "pytorch" / "h200" / "ddp_rank0.pt.trace.json", "json"),
         Input("sqlite", sql, "sqlite"),
+        Input("sqlite4", DATA / "big_x4.sqlite", "sqlite", big=True),
+        Input("sqlite16", DATA / "big_x16.sqlite", "sqlite", big=True),
         # Other shapes, held back from shared/ (made on the H200 by .gpu/big_shapes.py, see
         # bench/README.md): measured when present in bench/data/, "n/a" otherwise.
         Input("stack", DATA / "big2_conv_stack.json", "json", optional=True),
@@ -140,8 +144,14 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         out = DATA / "big_train_x4.json"
         print(f"making {out.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
         subprocess.run([sys.executable, str(BENCH / "make_big.py"), str(big), str(out), "--copies", "4"], check=True)
-    if "sqlite" in keys and not sql.exists() and sql_xz.exists():
+    if keys & {"sqlite", "sqlite4", "sqlite16"} and not sql.exists() and sql_xz.exists():
         _atomic(sql, ["xz", "-dkc", str(sql_xz)])
+    for key, copies in (("sqlite4", 4), ("sqlite16", 16)):
+        out = DATA / f"big_x{copies}.sqlite"
+        if key in keys and sql.exists() and not out.exists():
+            print(f"making {out.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
+            make = [sys.executable, str(BENCH / "make_big_nsys.py"), str(sql), str(out), "--copies", str(copies)]
+            subprocess.run(make, check=True)
     for i in inputs:
         if not i.path.exists():
             where = "bench/README.md says how to make it" if i.optional else f"needs {shared}/bench/"
@@ -339,12 +349,32 @@ def table(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
     return "\n".join(out)
 
 
+def nsys_targets(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
+    """The scale issue's ratios: traceconv nsys against DuckDB's copy on the 16x export, and its 16x/1x memory."""
+    got = {(t.fn or t.key, i.key): r for t, i, r, _ in rows if r is not None and r.ok}
+    tc = {k: got.get(("traceconv", k)) for k in ("sqlite", "sqlite16")}
+    duck = got.get(("duckdb_copy_tables", "sqlite16"))
+    lines = []
+    if tc["sqlite16"] and duck:
+        lines.append(
+            f"- 16x export: traceconv nsys {tc['sqlite16'].wall / duck.wall:.2f}x the time of DuckDB's copy "
+            f"(target <= 1.0x), {tc['sqlite16'].pss_mib / max(duck.pss_mib, 1):.2f}x its peak PSS (target <= 2x)"
+        )
+    if tc["sqlite16"] and tc["sqlite"]:
+        lines.append(
+            f"- memory 16x / 1x: {tc['sqlite16'].pss_mib / max(tc['sqlite'].pss_mib, 1):.2f}x (target <= 1.3x)"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and input; the median is shown")
     parser.add_argument("--quick", action="store_true", help="1 run, and skip the slow alternatives")
     parser.add_argument("--only", help="comma-separated tools: traceconv,orjson,pandas,duckdb,polars,ijson,hta,sqlite3")
-    parser.add_argument("--inputs", help="comma-separated inputs: big,gz,x4,small,sqlite,stack,transformer")
+    parser.add_argument(
+        "--inputs", help="comma-separated inputs: big,gz,x4,small,sqlite,sqlite4,sqlite16,stack,transformer"
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a tool run is killed")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the shared/ folder")
     args = parser.parse_args()
@@ -371,7 +401,8 @@ def main() -> None:
 
     head = (f"traceconv bench, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} CPUs, "
             f"{platform.python_version()}; median of {runs} run(s), whole processes\n\n{versions()}\n")  # fmt: skip
-    text = head + "\n" + table(rows) + "\n"
+    targets = nsys_targets(rows)
+    text = head + "\n" + table(rows) + "\n" + (f"\n{targets}\n" if targets else "")
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "latest.md").write_text(text)

@@ -25,6 +25,23 @@ FROM CUPTI_ACTIVITY_KIND_KERNEL k
 JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
   ON k.correlationId = r.correlationId AND k.globalPid = (r.globalTid & 0xFFFFFFFFFF000000)
 """.strip()
+# The tables `traceconv nsys` converts (its event tables) and the names they refer to.
+NSYS_TABLES = (
+    "StringIds",
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    "OSRT_API",
+    "PROFILER_OVERHEAD",
+    "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+    "DIAGNOSTIC_EVENT",
+    "GPU_METRICS",
+    "CUDA_GPU_MEMORY_USAGE_EVENTS",
+)
 
 
 def _raw(path: Path) -> bytes:
@@ -117,7 +134,7 @@ def pandas_read_sql(path: Path, out: Path) -> str:
     return f"{len(df)} kernels joined"
 
 
-def duckdb_sqlite(path: Path, out: Path) -> str:
+def _duckdb_attached(path: Path) -> Any:
     import duckdb
     import duckdb_extension_sqlite_scanner as ext  # the extension, from PyPI (no download at run time)
 
@@ -125,6 +142,11 @@ def duckdb_sqlite(path: Path, out: Path) -> str:
     con = duckdb.connect()
     con.execute(f"LOAD '{binary}'")
     con.execute(f"ATTACH '{path}' AS s (TYPE sqlite, READ_ONLY)")
+    return con
+
+
+def duckdb_sqlite(path: Path, out: Path) -> str:
+    con = _duckdb_attached(path)
     # DuckDB has no hex literals; -16777216 is 0xFFFFFFFFFF000000 as the int64 SQLite reads.
     query = KERNEL_JOIN.replace("CUPTI_ACTIVITY_KIND_", "s.CUPTI_ACTIVITY_KIND_").replace(
         "0xFFFFFFFFFF000000", "-16777216"
@@ -134,10 +156,23 @@ def duckdb_sqlite(path: Path, out: Path) -> str:
     return f"{rows[0] if rows else '?'} kernels joined"
 
 
+def duckdb_copy_tables(path: Path, out: Path) -> str:
+    """Every event table that traceconv converts, and StringIds, copied as they are to Parquet."""
+    con = _duckdb_attached(path)
+    query = "SELECT table_name FROM information_schema.tables WHERE table_catalog = 's'"
+    have = {r[0] for r in con.execute(query).fetchall()}
+    rows = 0
+    for table in [t for t in NSYS_TABLES if t in have]:
+        con.execute(f"COPY s.{table} TO '{out / table}.parquet' (FORMAT parquet)")
+        got = con.sql(f"SELECT count(*) FROM '{out / table}.parquet'").fetchone()
+        rows += got[0] if got else 0
+    return f"{rows} rows copied"
+
+
 TOOLS: dict[str, Callable[[Path, Path], str]] = {
     f.__name__: f
     for f in (orjson_loads, orjson_pandas, duckdb_json, polars_json, ijson_count, hta_json, hta_ijson,
-              pandas_read_sql, duckdb_sqlite)
+              pandas_read_sql, duckdb_sqlite, duckdb_copy_tables)
 }  # fmt: skip
 
 if __name__ == "__main__":

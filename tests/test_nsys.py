@@ -105,6 +105,8 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "nvtx": _count(db, "NVTX_EVENTS", "WHERE eventType IN (59, 60)"),
             "marker": _count(db, "NVTX_EVENTS", "WHERE eventType = 34"),
             "overhead": _count(db, "PROFILER_OVERHEAD"),
+            "memory": _count(db, "CUDA_GPU_MEMORY_USAGE_EVENTS"),
+            "metric": _count(db, "GPU_METRICS"),
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
             + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
             + _count(db, "OSRT_API")

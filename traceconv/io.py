@@ -53,6 +53,7 @@ WRITE_BUFFER = 1 << 18
 # Data pages of 256 KiB instead of pyarrow's 1 MiB: the writer thread holds a page's worth of
 # each column while it encodes, and the args text of a row group is several pages.
 DATA_PAGE = 1 << 18
+PARQUET_MAGIC = b"PAR1"
 # What pyarrow.parquet.ParquetWriter passes to the class it wraps, where our options do not
 # say otherwise (see ``_parquet_writer``).
 WRITER_DEFAULTS: dict[str, Any] = {
@@ -79,14 +80,31 @@ class WriteResult:
 
 def _tally(result: WriteResult, table: pa.Table) -> None:
     result.rows += table.num_rows
-    counts = pc.value_counts(table["kind"].cast(pa.string()).combine_chunks())
-    for item in counts.to_pylist():
-        result.kinds[item["values"]] = result.kinds.get(item["values"], 0) + item["counts"]
+    for kind, count in _kind_counts(table["kind"]):
+        result.kinds[kind] = result.kinds.get(kind, 0) + count
     lo, hi = pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
     if lo is not None:
         result.start_ns = lo if result.start_ns is None else min(result.start_ns, lo)
     if hi is not None:
         result.end_ns = hi if result.end_ns is None else max(result.end_ns, hi)
+
+
+def _kind_counts(kind: pa.ChunkedArray | pa.Array) -> list[tuple[Any, int]]:
+    """(kind, rows) in the order the kinds first appear; a dictionary column is counted by its
+    codes (no string per row)."""
+    arr = kind.combine_chunks() if isinstance(kind, pa.ChunkedArray) else kind
+    if pa.types.is_dictionary(arr.type) and arr.null_count == 0 and len(arr):
+        import numpy as np
+
+        codes, first, counts = np.unique(arr.indices.to_numpy(), return_index=True, return_counts=True)
+        values = arr.dictionary.to_pylist()
+        order = np.argsort(first)
+        merged: dict[Any, int] = {}
+        for code, count in zip(codes[order].tolist(), counts[order].tolist(), strict=True):
+            merged[values[code]] = merged.get(values[code], 0) + count  # a dictionary may repeat a value
+        return list(merged.items())
+    counts = pc.value_counts(arr.cast(pa.string()))
+    return [(item["values"], item["counts"]) for item in counts.to_pylist()]
 
 
 def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
@@ -253,11 +271,12 @@ def check_version(path: Path) -> dict[bytes, bytes]:
         raise SchemaVersionError(
             path, "is not a traceconv Parquet file (no schema version)", "convert the trace with `traceconv ingest`"
         )
-    if version.decode() != S.SCHEMA_VERSION:
+    if version.decode() not in S.READABLE_VERSIONS:
         raise SchemaVersionError(
             path,
-            f"was written with schema v{version.decode()}, this traceconv reads v{S.SCHEMA_VERSION}",
-            "convert the original trace again",
+            f"was written with schema v{version.decode()}, this traceconv reads "
+            + ", ".join(f"v{v}" for v in S.READABLE_VERSIONS),
+            "convert the original trace again with this traceconv, or read the file with the traceconv that wrote it",
         )
     return meta
 
@@ -274,11 +293,31 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
-    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``."""
+def is_parquet(path: Path) -> bool:
+    """True for a Parquet file (by its magic bytes) or a directory (a dataset: :func:`parquet_files`
+    says if it holds none)."""
+    if path.is_dir():
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == PARQUET_MAGIC
+    except FileNotFoundError:
+        raise InputError(path, "does not exist", "check the path") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror or exc})", "check the path and permissions") from exc
+
+
+def parquet_files(path: Path) -> list[Path]:
+    """The files of a traceconv Parquet file or dataset directory, each checked for its schema version."""
     files = _files(path)
     for f in files:
         check_version(f)
+    return files
+
+
+def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``."""
+    files = parquet_files(path)
     if columns is not None:
         unknown = sorted(set(columns) - set(S.NAMES))
         if unknown:

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+# Versions whose files this traceconv reads. v2 added the columns of ADDED_IN_2 and the kind
+# `metric`; a v1 file reads as v2 with those columns null (it has no metric rows).
+READABLE_VERSIONS = ("1", "2")
 # Parquet key-value metadata keys written by traceconv (values are UTF-8 JSON or text).
 META_SCHEMA_VERSION = b"traceconv.schema_version"
 META_SOURCE = b"traceconv.source"
@@ -36,6 +39,7 @@ KINDS = (
     "marker",
     "overhead",
     "other",
+    "metric",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset")
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
@@ -111,6 +115,38 @@ COLUMNS: tuple[Column, ...] = (
     _C("blocks_per_sm", pa.float64(), "", "blocks per SM", "pytorch"),
     _C("warps_per_sm", pa.float64(), "", "warps per SM (null when written as `inf`)", "pytorch"),
     _C("occupancy_pct", pa.float64(), "%", "estimated achieved (older: theoretical) occupancy", "pytorch"),
+    _C(
+        "theoretical_occupancy_pct",
+        pa.float64(),
+        "%",
+        "kernels: warps of the blocks that fit on one SM at once over its warp slots (CUDA's occupancy"
+        " calculator on the launch configuration and the device's limits, opt-in shared memory honoured)",
+        "both",
+    ),
+    _C(
+        "est_occupancy_pct",
+        pa.float64(),
+        "%",
+        "kernels: Kineto's `est. achieved occupancy %` (those blocks, no more than grid / SMs, in threads over"
+        " the SM's thread slots) with the opt-in shared memory the kernel used, unrounded (Kineto: whole percents)",
+        "both",
+    ),
+    _C(
+        "occupancy_limiter",
+        DICT,
+        "",
+        "kernels: what binds the estimate: `registers`, `shared_memory`, `block_size` (warp slots),"
+        " `blocks` (blocks per SM), `grid` (too few blocks for the SMs)",
+        "both",
+    ),
+    _C(
+        "occupancy_vs_kineto",
+        DICT,
+        "",
+        "kernels: why Kineto's `occupancy_pct` is not `est_occupancy_pct` rounded as Kineto rounds:"
+        " `kineto assumes no opt-in shared memory` (it writes 0 over 48 KB a block); null where they agree",
+        "pytorch",
+    ),
     _C("bytes", pa.int64(), "bytes", "memcpy/memset size; memory rows: allocation (+) or free (-)", "both"),
     _C("copy_kind", DICT, "", "copy direction: HtoD, DtoH, DtoD, HtoH, PtoP, UVM ..., Unknown", "both"),
     _C("src_kind", DICT, "", "source memory kind (Pageable, Pinned, Device, Managed ...)", "both"),
@@ -119,18 +155,25 @@ COLUMNS: tuple[Column, ...] = (
     _C("src_device", pa.int32(), "", "peer copies: source device", "both"),
     _C("dst_device", pa.int32(), "", "peer copies: destination device", "both"),
     # memory (allocator events)
-    _C("total_allocated_bytes", pa.int64(), "bytes", "memory rows: allocated after this event", "pytorch"),
+    _C("total_allocated_bytes", pa.int64(), "bytes", "memory rows: allocated after this event", "both"),
     _C("total_reserved_bytes", pa.int64(), "bytes", "memory rows: reserved after this event", "pytorch"),
     # NVTX / API detail
     _C("domain", DICT, "", "NVTX domain name", "nsys"),
     _C("api_class", DICT, "", "cuda_api rows: `runtime` or `driver`", "both"),
     _C("sync_type", DICT, "", "sync rows: event, stream_wait_event, stream, context", "nsys"),
     _C("return_value", pa.int64(), "", "API return code", "nsys"),
+    # GPU metrics samples
+    _C("value", pa.float64(), "", "metric rows: the sample's value", "nsys"),
+    _C("unit", DICT, "", "metric rows: the value's unit, e.g. %", "nsys"),
     # nothing lost
     _C("args", pa.string(), "", "JSON text of every argument of the event (including those with a column)", "both"),
 )
 
 NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+ADDED_IN_2 = (
+    *("theoretical_occupancy_pct", "est_occupancy_pct", "occupancy_limiter", "occupancy_vs_kineto"),
+    *("value", "unit"),
+)
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 SCHEMA: pa.Schema = pa.schema([pa.field(c.name, c.type, nullable=True) for c in COLUMNS])
 
@@ -142,7 +185,7 @@ def empty_table() -> pa.Table:
 def present(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa.Table:
     """The columns that hold a value in some row, cast to their types, in schema order: a
     table part of the way to :func:`conform` (which restores the rest as nulls), for tables
-    that wait for pass 2 (most of the 62 columns are null in most rows).
+    that wait for pass 2 (most of the columns are null in most rows).
 
     Raises ``KeyError`` for a column the schema does not know, as :func:`conform` does.
     """
@@ -186,7 +229,7 @@ def conform(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa
 def _nulls(n: int, typ: pa.DataType, zeros: pa.Buffer) -> pa.Array:
     """An all-null column whose buffers (validity, values, offsets, indices) are all ``zeros``.
 
-    ``pa.nulls`` allocates and zeroes buffers for each column; most of the schema's 62 columns
+    ``pa.nulls`` allocates and zeroes buffers for each column; most of the schema's columns
     are null in a table of one kind (43 for CUDA API calls), and sharing one buffer saves their
     memory and the time to fault it in.
     """

@@ -22,8 +22,6 @@ from traceconv.errors import InputError, TraceconvError, UsageError
 from traceconv.readers import Progress
 from traceconv.readers.base import trace_stem
 
-PARQUET_MAGIC = b"PAR1"
-
 
 def open_source(
     paths: Sequence[Path], notes: list[str] | None = None, progress: Progress | None = None, one: bool = True
@@ -76,20 +74,7 @@ def listing(path: Path, notes: list[str] | None = None) -> tuple[list[Path], lis
                 path, "holds no traces and no .parquet files", "give a trace, a report or a traceconv dataset"
             )
         return [], traces
-    return ([path], []) if is_parquet(path) else ([], [path])
-
-
-def is_parquet(path: Path) -> bool:
-    """True for a Parquet file, by its magic bytes."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == PARQUET_MAGIC
-    except FileNotFoundError:
-        raise InputError(path, "does not exist", "check the path") from None
-    except IsADirectoryError:
-        return False
-    except OSError as exc:
-        raise InputError(path, f"cannot be read ({exc.strerror or exc})", "check the path and permissions") from exc
+    return ([path], []) if io.is_parquet(path) else ([], [path])
 
 
 @contextlib.contextmanager

@@ -56,8 +56,10 @@ class Source:
             self.run("CREATE VIEW events AS SELECT * FROM events_table")
         else:
             files = ", ".join(f"'{_quoted(str(p))}'" for p in data)
+            scan = f"read_parquet([{files}], union_by_name = true)"
+            have = {str(row[0]) for row in self.con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
             self.columns = S.NAMES
-            self.run(f"CREATE VIEW events AS SELECT * FROM read_parquet([{files}], union_by_name = true)")
+            self.run(f"CREATE VIEW events AS SELECT {_columns(have)} FROM {scan}")
 
     def run(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """A statement whose result nobody reads, run to its end."""
@@ -168,6 +170,21 @@ def _memory_errors() -> Iterator[None]:
             f"the analysis needs more than TRACECONV_MEMORY={MEMORY_LIMIT} ({query_error(exc)})",
             "set TRACECONV_MEMORY higher (e.g. TRACECONV_MEMORY=2GB) and run it again",
         ) from exc
+
+
+# DuckDB's names of the schema's Arrow types (a dictionary column reads as VARCHAR).
+_SQL_TYPES = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR"}
+
+
+def _columns(have: set[str]) -> str:
+    """``*`` where the files have every column of the schema; else (files of an earlier schema
+    version, :data:`traceconv.schema.READABLE_VERSIONS`) the schema's columns, those missing as nulls."""
+    if set(S.NAMES) <= have:
+        return "*"
+    return ", ".join(
+        f'"{c.name}"' if c.name in have else f'CAST(NULL AS {_SQL_TYPES.get(c.type, "VARCHAR")}) AS "{c.name}"'
+        for c in S.COLUMNS
+    )
 
 
 def _quoted(text: str) -> str:

@@ -35,16 +35,19 @@ from traceconv.readers.nsys.parts import (
     times,
 )
 from traceconv.readers.nsys.sql import Database
-from traceconv.readers.nsys.tables import read_columns
+from traceconv.readers.nsys.tables import wanted_columns
 
 DIAGNOSTIC = "DIAGNOSTIC_EVENT"
 _USED = frozenset({"text", "globalPid", "severity", "source", "timestampType"})
 HOST_TIMESTAMP = 2  # ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE, the same in every version that has the table
 
 
-def diagnostics(db: Database, enums: Enums) -> Part:
+def diagnostic_columns(db: Database) -> list[str]:
+    return wanted_columns(db, DIAGNOSTIC, frozenset())  # args hold numbers and enum labels; the text is read apart
+
+
+def diagnostics(t: pa.Table, db: Database, enums: Enums) -> Part:
     have = db.columns(DIAGNOSTIC)
-    t = read_columns(db, DIAGNOSTIC, frozenset())  # args hold numbers and enum labels; the text is read apart
     n = t.num_rows
     g = ints(t, "globalPid")
     gpid = np.where(g >= 0, g, NONE)

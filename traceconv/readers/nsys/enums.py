@@ -57,6 +57,7 @@ SYNC_NAMES = {
 SEVERITIES = {0: "Unknown", 1: "Info", 2: "Warning", 3: "Error", 4: "Verbose"}
 DIAGNOSTIC_SOURCES = {0: "Unknown source", 1: "Injection", 2: "Daemon", 3: "Analysis"}
 TIMESTAMP_SOURCES = {0: "Unknown timestamp", 1: "Target timestamp", 2: "Host timestamp"}
+MEMORY_OPERATIONS = {0: "Allocation", 1: "Deallocation"}  # ENUM_CUDA_DEV_MEM_EVENT_OPER
 
 _DIRECTION = re.compile(r"^(UVM_)?([A-Z])TO([A-Z])$")
 
@@ -97,6 +98,7 @@ class Enums:
         self.severity = _load(db, "ENUM_DIAGNOSTIC_SEVERITY_LEVEL", SEVERITIES, _as_labelled)
         self.diagnostic_source = _load(db, "ENUM_DIAGNOSTIC_SOURCE_TYPE", DIAGNOSTIC_SOURCES, _as_labelled)
         self.timestamp_source = _load(db, "ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE", TIMESTAMP_SOURCES, _as_labelled)
+        self.memory_operation = _load(db, "ENUM_CUDA_DEV_MEM_EVENT_OPER", MEMORY_OPERATIONS, _as_labelled)
 
 
 def _load(db: Database, table: str, embedded: dict[int, str], rule: Callable[[str], str | None]) -> dict[int, str]:

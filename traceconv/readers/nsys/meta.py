@@ -14,12 +14,14 @@ import pyarrow as pa
 
 from traceconv.errors import UnsupportedFormatError
 from traceconv.readers.arrow_util import I64
-from traceconv.readers.nsys.parts import LOW24, DictCol, Strings, dictionary, ints, names_by_key
+from traceconv.readers.nsys.parts import LOW24, DictCol, NamesByKey, Strings, dictionary, ints
 from traceconv.readers.nsys.sql import Database
+from traceconv.readers.occupancy_columns import Devices
 
 EXPORT_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.3+, 2022.2-2023.2
 VERSION_KEYS = {"EXPORT_PRODUCT_VERSION": "nsys_version", "EXPORT_SCHEMA_VERSION": "nsys_export_schema_version"}
 GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")  # 2021.2+, older
+CUDA_DEVICES = "TARGET_INFO_CUDA_DEVICE"  # GPU id -> CUDA device id, per process (2023.4+)
 SESSION = "TARGET_INFO_SESSION_START_TIME"
 _MARKERS = (
     "CUPTI_ACTIVITY_KIND_",
@@ -44,6 +46,8 @@ _DESCRIPTIVE = (
     "ANALYSIS_",
     "UnwindMethodType",
     "NVTX_PAYLOAD_",
+    "GENERIC_EVENT_SOURCES",  # the types of generic events and GPU metrics
+    "GENERIC_EVENT_TYPE",
     "sqlite_",
 )
 
@@ -68,12 +72,26 @@ def export_version(db: Database) -> dict[str, str]:
 
 def gpus(db: Database) -> list[dict[str, Any]]:
     for table in GPU_TABLES:
-        cols = db.columns(table)
-        if cols:
-            names = list(cols)
-            select = ", ".join(f"[{c}]" for c in names)
-            return [dict(zip(names, row, strict=True)) for row in db.rows(table, f"SELECT {select} FROM [{table}]")]
+        if db.columns(table):
+            return _all_rows(db, table)
     return []
+
+
+def devices(db: Database) -> Devices:
+    """The GPUs' limits, for the occupancy of kernels: from TARGET_INFO_GPU, else (or where it
+    lacks them, as in 2021.x exports) TARGET_INFO_CUDA_GPU."""
+    rows = [row for table in GPU_TABLES for row in _all_rows(db, table)]
+    pairs = _all_rows(db, CUDA_DEVICES) if {"gpuId", "cudaId"} <= set(db.columns(CUDA_DEVICES)) else []
+    same_ids = bool(pairs) and all(p["gpuId"] == p["cudaId"] for p in pairs)
+    return Devices.nsys(rows, same_ids)
+
+
+def _all_rows(db: Database, table: str) -> list[dict[str, Any]]:
+    names = list(db.columns(table))
+    if not names:
+        return []
+    select = ", ".join(f"[{c}]" for c in names)
+    return [dict(zip(names, row, strict=True)) for row in db.rows(table, f"SELECT {select} FROM [{table}]")]
 
 
 def session_start_ns(db: Database) -> tuple[int | None, str | None]:
@@ -114,12 +132,15 @@ class Names:
             self.pids = (self.tids[main] >> 24) << 24
             self.pnames = [self.tnames[i] for i in np.flatnonzero(main)]
 
+        self._threads = NamesByKey(self.tids, self.tnames) if len(self.tids) else None
+        self._processes = NamesByKey(self.pids, self.pnames) if len(self.pids) else None
+
     def threads(self, gtid: I64) -> DictCol:
-        if not len(self.tids):
+        if self._threads is None:
             return dictionary(np.full(len(gtid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
-        return names_by_key(np.where(gtid >= 0, gtid, -5), self.tids, self.tnames)
+        return self._threads(np.where(gtid >= 0, gtid, -5))
 
     def processes(self, gpid: I64) -> DictCol:
-        if not len(self.pids):
+        if self._processes is None:
             return dictionary(np.full(len(gpid), -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
-        return names_by_key(np.where(gpid >= 0, gpid, -5), self.pids, self.pnames)
+        return self._processes(np.where(gpid >= 0, gpid, -5))

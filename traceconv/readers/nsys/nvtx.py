@@ -43,10 +43,15 @@ _KINDS = ["nvtx", "marker", "other"]
 _USED = frozenset({"start", "end", "eventType", "text", "textId", "globalTid", "domainId"})
 
 
-def nvtx(db: Database, strings: Strings) -> Part:
+OPEN_RANGES = "{:,} NVTX start/end ranges never ended: their end_ns and dur_ns are null"
+
+
+def nvtx_columns(db: Database) -> list[str]:
     have = db.columns(NVTX)
-    wanted = [c for c, typ in have.items() if c in _USED or (typ != "TEXT" and c != "jsonTextId")]
-    t = db.read(NVTX, wanted)
+    return [c for c, typ in have.items() if c in _USED or (typ != "TEXT" and c != "jsonTextId")]
+
+
+def nvtx(t: pa.Table, strings: Strings, domains: Domains) -> Part:
     n = t.num_rows
     etype, start, end = ints(t, "eventType"), times(t, "start"), times(t, "end")
     open_end = end == NO_TIME
@@ -64,7 +69,7 @@ def nvtx(db: Database, strings: Strings) -> Part:
         "name": name,
         "pid": decode_pid(gtid),
         "tid": decode_tid(gtid),
-        "domain": _domains(gpid, ints(t, "domainId"), etype, name),
+        "domain": domains.names(gpid, ints(t, "domainId")),
     }
     args = json_args(t, leftover(t, _USED))
     if args is not None:
@@ -72,7 +77,7 @@ def nvtx(db: Database, strings: Strings) -> Part:
     part = Part(NVTX, cols, start, end, gtid, gpid, np.full(n, NONE, dtype=np.int64), (etype == PUSH_POP) & ~open_end)
     open_ranges = int(((etype == START_END) & open_end).sum())
     if open_ranges:
-        part.notes.append(f"{open_ranges:,} NVTX start/end ranges never ended: their end_ns and dur_ns are null")
+        part.tallies[OPEN_RANGES] = open_ranges
     return part
 
 
@@ -83,17 +88,29 @@ def _text(t: pa.Table, strings: Strings) -> DictCol:
     return as_dict(pc.dictionary_encode(merged))
 
 
-def _domains(gpid: I64, domain: I64, etype: I64, name: DictCol) -> DictCol:
-    """Name of each row's domain: the text of the domain-create row with the same process and id."""
-    n = len(domain)
-    created = np.flatnonzero((etype == DOMAIN_CREATE) & (domain > 0))
-    if n == 0 or len(created) == 0:
-        return dictionary(np.full(n, -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
-    _, proc = np.unique(gpid, return_inverse=True)
-    _, dom = np.unique(domain, return_inverse=True)
-    key = proc.reshape(-1).astype(np.int64) * (int(dom.max()) + 1) + dom.reshape(-1)
-    labels = name.cast(pa.string()).take(arrow(created)).to_pylist()
-    pos = lookup(key, key[created])
-    valid: Bools = np.ones(len(labels) + 1, dtype=bool)
-    codes = np.where((pos >= 0) & (domain > 0), pos, len(labels)).astype(np.int64)
-    return dictionary(codes, [*labels, None], valid)
+class Domains:
+    """The NVTX domains of an export: the domain-create rows (75) of the whole table, read once,
+    so that each batch of NVTX rows finds the names of its domains."""
+
+    def __init__(self, db: Database, strings: Strings) -> None:
+        wanted = [c for c in ("globalTid", "domainId", "text", "textId") if c in db.columns(NVTX)]
+        where = f"[eventType] = {DOMAIN_CREATE} AND [domainId] > 0" if "domainId" in wanted else "0"
+        t = db.read(NVTX, wanted, where=where) if "eventType" in db.columns(NVTX) else pa.table({})
+        self.gpid, self.domain = global_pid(ints(t, "globalTid")), ints(t, "domainId")
+        self.labels: list[str | None] = _text(t, strings).cast(pa.string()).to_pylist() if t.num_rows else []
+
+    def names(self, gpid: I64, domain: I64) -> DictCol:
+        """Name of each row's domain: the text of the first domain-create row with the same process and id."""
+        n = len(domain)
+        if n == 0 or not self.labels:
+            return dictionary(np.full(n, -1, dtype=np.int64), [], np.zeros(0, dtype=bool))
+        procs = np.unique(self.gpid)
+        at = np.minimum(np.searchsorted(procs, gpid), len(procs) - 1)
+        known = (procs[at] == gpid) & (domain > 0)
+        span = int(max(self.domain.max(), domain.max())) + 1
+        key = np.where(known, at * span + np.maximum(domain, 0), -1)
+        created = np.searchsorted(procs, self.gpid) * span + self.domain
+        pos = lookup(key, created)
+        valid: Bools = np.ones(len(self.labels) + 1, dtype=bool)
+        codes = np.where((pos >= 0) & known, pos, len(self.labels)).astype(np.int64)
+        return dictionary(codes, [*self.labels, None], valid)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from traceconv.readers import arrow_util
 from traceconv.readers.arrow_util import I64, from_codes, to_numpy
 from traceconv.readers.nsys.sql import Database
-from traceconv.readers.sorted_keys import lookup
+from traceconv.readers.sorted_keys import SortedKeys, lookup
 
 Bools = npt.NDArray[np.bool_]
 Col: TypeAlias = "pa.Array[Any]"
@@ -45,7 +45,9 @@ class Part:
     gpid: I64  # global process id (gtid with the thread bits cleared), else NONE
     corr: I64  # correlation id, else NONE
     push_pop: Bools | None = None  # NVTX rows that are push/pop ranges (op links)
-    notes: list[str] = field(default_factory=list)
+    # Note (a format string of one count) -> the rows it counts: summed over a table's batches,
+    # and written once the whole table is read.
+    tallies: dict[str, int] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -62,7 +64,7 @@ class Part:
             self.gpid[order],
             self.corr[order],
             None if self.push_pop is None else self.push_pop[order],
-            self.notes,
+            self.tallies,
         )
 
 
@@ -152,12 +154,21 @@ def constant(n: int, value: str) -> DictCol:
     return as_dict(arrow_util.constant(n, value))
 
 
-def names_by_key(keys: I64, table_keys: I64, table_values: list[str | None]) -> DictCol:
-    """For each key, the value of the *last* row of (table_keys, table_values) with that key, else null."""
-    pos = lookup(keys, table_keys[::-1])
-    padded = [*table_values[::-1], None]
-    idx = np.where(pos >= 0, pos, len(table_values)).astype(np.int64)
-    return dictionary(idx, padded, np.ones(len(padded), dtype=bool))
+class NamesByKey:
+    """For each key, the value of the *last* row of (table_keys, table_values) with that key, else
+    null: the table sorted, and its dictionary made, once for every batch that looks names up."""
+
+    def __init__(self, table_keys: I64, table_values: list[str | None]) -> None:
+        self._keys = SortedKeys(table_keys[::-1].copy())
+        padded = [*table_values[::-1], None]
+        self._distinct = sorted({v for v in padded if v is not None})
+        where = {v: i for i, v in enumerate(self._distinct)}
+        self._remap = np.array([where[v] if v is not None else -1 for v in padded], dtype=np.int64)
+
+    def __call__(self, keys: I64) -> DictCol:
+        pos = self._keys.find(keys)
+        codes = self._remap[np.where(pos >= 0, pos, len(self._remap) - 1)]
+        return as_dict(from_codes(codes, self._distinct))
 
 
 def json_args(table: pa.Table, names: list[str], labels: dict[str, DictCol] | None = None) -> Col | None:

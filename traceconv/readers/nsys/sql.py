@@ -117,36 +117,81 @@ class Database:
         with self.guard(table):
             return self.conn.execute(sql, params).fetchall()
 
-    def read(self, table: str, wanted: Sequence[str]) -> pa.Table:
-        """The columns of ``wanted`` that ``table`` has, every row, as typed Arrow columns."""
-        have = self.columns(table)
-        names = [c for c in wanted if c in have]
-        types = {c: _affinity(have[c]) for c in names}
+    def extent(self, table: str) -> tuple[int, int]:
+        """(smallest, largest rowid) of ``table``, from the ends of its B-tree; (0, -1) when empty or absent."""
+        if table not in self.tables:
+            return 0, -1
+        sql = f"SELECT (SELECT min(rowid) FROM [{table}]), (SELECT max(rowid) FROM [{table}])"
+        with self.guard(table):
+            lo, hi = self.conn.execute(sql).fetchone()
+        return (int(lo), int(hi)) if lo is not None else (0, -1)
+
+    def in_order(self, table: str, key: str) -> tuple[int, bool]:
+        """(rows that have a row at the next rowid, whether every such next row comes later in
+        ``key`` order, nulls first as ``ORDER BY`` puts them). SQLite compares each row with the
+        next by rowid: a scan, no sort. With no gap between rowids, the first is rows - 1 and the
+        second says that reading rowid ranges reads the table in ``key`` order."""
+        inverted = f"b.{key} < a.{key} OR (b.{key} IS NULL AND a.{key} IS NOT NULL)"
+        pairs = f"[{table}] AS a JOIN [{table}] AS b ON b.rowid = a.rowid + 1"
+        sql = f"SELECT count(*), coalesce(max({inverted}), 0) FROM {pairs}"
+        with self.guard(table):
+            pairs, unordered = self.conn.execute(sql).fetchone()
+        return int(pairs), not unordered
+
+    def read(self, table: str, wanted: Sequence[str], rows: tuple[int, int] | None = None, where: str = "") -> pa.Table:
+        """The columns of ``wanted`` that ``table`` has, as typed Arrow columns, in rowid order:
+        every row, or those whose rowid is in ``rows`` (``[lo, hi)``), or those ``where`` selects."""
+        names, types = self._typed_names(table, wanted)
         if not names:
             return pa.table({})
+        if rows is not None:
+            where = f"rowid >= {rows[0]} AND rowid < {rows[1]}"
         with self.guard(table):
-            direct = self._direct(table, names, types)
+            direct = self._direct(table, names, types, where)
             if direct is not None:
                 return direct
             line = _Line(names, types)
-            chunks = [line.parse(text) for text in self._chunks(table, line.sql)]
-        if line.replaced:
-            with self._lock:
-                self.replaced[table] = self.replaced.get(table, 0) + line.replaced
+            chunks = [line.parse(text) for text in self._chunks(table, line.sql, where)]
+        self._count_replaced(table, line)
         if not chunks:
             return pa.table({c: pa.array([], types[c]) for c in names})
         return pa.concat_tables(chunks)
 
-    def _direct(self, table: str, names: list[str], types: dict[str, pa.DataType]) -> pa.Table | None:
-        """Every row through ADBC, or None when ADBC is missing, fails, or types a column otherwise
-        than its declared affinity (then the CSV path reads the table, with its exact conversions)."""
+    def read_sorted(self, table: str, wanted: Sequence[str], key: str, batch: int) -> Iterator[pa.Table]:
+        """The columns of ``wanted``, ``batch`` rows at a time, ordered by ``key`` then rowid
+        (a table that is not in order already: SQLite sorts it, spilling to disk)."""
+        names, types = self._typed_names(table, wanted)
+        if not names:
+            return
+        line = _Line(names, types)
+        with self.guard(table):
+            cursor = self.conn.execute(f"SELECT CAST({line.sql} AS BLOB) FROM [{table}] ORDER BY {key}, rowid")
+            while rows := cursor.fetchmany(batch):
+                yield line.parse(b"\n".join(r[0] for r in rows))
+                self._count_replaced(table, line)
+
+    def _typed_names(self, table: str, wanted: Sequence[str]) -> tuple[list[str], dict[str, pa.DataType]]:
+        have = self.columns(table)
+        names = [c for c in wanted if c in have]
+        return names, {c: _affinity(have[c]) for c in names}
+
+    def _count_replaced(self, table: str, line: _Line) -> None:
+        if line.replaced:
+            with self._lock:
+                self.replaced[table] = self.replaced.get(table, 0) + line.replaced
+            line.replaced = 0
+
+    def _direct(self, table: str, names: list[str], types: dict[str, pa.DataType], where: str = "") -> pa.Table | None:
+        """The rows through ADBC, or None when ADBC is missing, fails, or types a column otherwise
+        than its declared affinity (then the CSV path reads them, with its exact conversions)."""
         if adbc is None:
             return None
+        where = f" WHERE {where}" if where else ""
         try:
             stmt = adbc.AdbcStatement(self._arrow_conn())
             try:
                 stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(DIRECT_BATCH_ROWS)})
-                stmt.set_sql_query(f"SELECT {', '.join(f'[{c}]' for c in names)} FROM [{table}] ORDER BY rowid")
+                stmt.set_sql_query(f"SELECT {', '.join(f'[{c}]' for c in names)} FROM [{table}]{where} ORDER BY rowid")
                 stream, _ = stmt.execute_query()
                 got = pa.RecordBatchReader.from_stream(stream).read_all()
             finally:
@@ -155,13 +200,15 @@ class Database:
             return None
         return _typed(got, types)
 
-    def _chunks(self, table: str, line: str) -> Iterator[bytes]:
-        lo, hi = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM [{table}]").fetchone()
+    def _chunks(self, table: str, line: str, where: str) -> Iterator[bytes]:
+        lo, hi = self.conn.execute(
+            f"SELECT min(rowid), max(rowid) FROM [{table}]" + (f" WHERE {where}" if where else "")
+        ).fetchone()
         if lo is None:
             return
         sql = (
             f"SELECT CAST(group_concat(line, char(10)) AS BLOB) FROM "
-            f"(SELECT {line} AS line FROM [{table}] WHERE rowid >= ? AND rowid < ?)"
+            f"(SELECT {line} AS line FROM [{table}] WHERE rowid >= ? AND rowid < ?{f' AND ({where})' if where else ''})"
         )
         for first in range(lo, hi + 1, CHUNK_ROWS):
             (text,) = self.conn.execute(sql, (first, first + CHUNK_ROWS)).fetchone()
@@ -185,7 +232,9 @@ class _Line:
         if self.integers:
             self.sql = f"json_array(0, {cols}, 0)"
         else:
-            self.sql = f"printf('{','.join(['%s'] * len(names))}', {cols})"  # %s of NULL: an empty field
+            # %s of NULL: an empty field. A last field, always 0: Arrow refuses a column whose every
+            # value is an empty last field of its line.
+            self.sql = f"printf('{','.join(['%s'] * len(names))},0', {cols})"
 
     def parse(self, text: bytes) -> pa.Table:
         if self.integers:
@@ -203,9 +252,12 @@ class _Line:
         raw_types = {c: pa.binary() if t == pa.string() else t for c, t in self.types.items()}
         got = pacsv.read_csv(
             _source(text),
-            read_options=pacsv.ReadOptions(column_names=self.names, block_size=len(text) + 1 if has_text else 1 << 22),
+            read_options=pacsv.ReadOptions(
+                column_names=[*self.names, "]"], block_size=len(text) + 1 if has_text else 1 << 22
+            ),
             parse_options=pacsv.ParseOptions(quote_char="'", double_quote=True, newlines_in_values=has_text),
             convert_options=pacsv.ConvertOptions(
+                include_columns=self.names,
                 column_types=raw_types,
                 null_values=["", "NULL"],
                 strings_can_be_null=True,

@@ -36,6 +36,7 @@ from traceconv.readers.nsys.parts import (
     times,
 )
 from traceconv.readers.nsys.sql import Database
+from traceconv.readers.occupancy_columns import Devices, kernel_columns
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -69,16 +70,20 @@ _KERNEL = {
 _COMMON = frozenset({"start", "end", "globalPid", "globalTid"})
 
 
-def read_columns(db: Database, table: str, names: frozenset[str]) -> pa.Table:
+def wanted_columns(db: Database, table: str, names: frozenset[str]) -> list[str]:
     """The numeric columns of ``table``, and the text or string-id columns in ``names``."""
     have = db.columns(table)
     # Text columns and string ids are read only when mapped: args hold numbers only.
-    wanted = [
+    return [
         c
         for c, typ in have.items()
         if c not in SKIPPED and ((c not in STRING_ID_COLUMNS and typ != "TEXT") or c in names)
     ]
-    return db.read(table, wanted)
+
+
+def read_columns(db: Database, table: str, names: frozenset[str]) -> pa.Table:
+    """Every row of :func:`wanted_columns`."""
+    return db.read(table, wanted_columns(db, table, names))
 
 
 def _renamed(t: pa.Table, mapping: dict[str, str]) -> dict[str, Col]:
@@ -109,9 +114,11 @@ def _gpu(t: pa.Table, table: str, kind: str, used: frozenset[str]) -> Part:
     )
 
 
-def kernels(db: Database, strings: Strings) -> Part:
-    used = frozenset({"demangledName", "shortName", *_KERNEL})
-    t = read_columns(db, KERNEL, used)
+KERNEL_USED = frozenset({"demangledName", "shortName", *_KERNEL})
+
+
+def kernels(t: pa.Table, strings: Strings, devices: Devices) -> Part:
+    used = KERNEL_USED
     part = _gpu(t, KERNEL, "kernel", used)
     demangled, short = ints(t, "demangledName"), ints(t, "shortName")
     part.cols["name"] = strings.names(np.where(demangled >= 0, demangled, short))
@@ -120,6 +127,7 @@ def kernels(db: Database, strings: Strings) -> Part:
     static, dynamic = column(t, "staticSharedMemory"), column(t, "dynamicSharedMemory")
     if static is not None and dynamic is not None:
         part.cols["shared_memory_bytes"] = pc.add(static, dynamic)
+    part.cols.update(kernel_columns(part.cols, part.n, devices))
     return part
 
 
@@ -147,9 +155,15 @@ def _text(arr: Col | None, n: int) -> Col:
     return arr.cast(pa.string()) if arr is not None else pa.nulls(n, pa.string())
 
 
-def memcpys(db: Database, enums: Enums) -> Part:
-    used = frozenset({"bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId", "dstDeviceId"})
-    t = read_columns(db, MEMCPY, used)
+BATCHED_COPIES = (
+    "{:,} memcpy rows stand for several copies each (`copyCount` > 1 in args, "
+    "Nsight Systems 2025.3+): count them with copyCount, not as one copy"
+)
+MEMCPY_USED = frozenset({"bytes", "copyKind", "srcKind", "dstKind", "srcDeviceId", "dstDeviceId"})
+
+
+def memcpys(t: pa.Table, enums: Enums) -> Part:
+    used = MEMCPY_USED
     part = _gpu(t, MEMCPY, "memcpy", used)
     n = t.num_rows
     copy, src, dst = (
@@ -170,16 +184,15 @@ def memcpys(db: Database, enums: Enums) -> Part:
     )
     batched = int((ints(t, "copyCount") > 1).sum())
     if batched:
-        part.notes.append(
-            f"{batched:,} memcpy rows stand for several copies each (`copyCount` > 1 in args, "
-            "Nsight Systems 2025.3+): count them with copyCount, not as one copy"
-        )
+        part.tallies[BATCHED_COPIES] = batched
     return part
 
 
-def memsets(db: Database, enums: Enums) -> Part:
-    used = frozenset({"bytes", "memKind"})
-    t = read_columns(db, MEMSET, used)
+MEMSET_USED = frozenset({"bytes", "memKind"})
+
+
+def memsets(t: pa.Table, enums: Enums) -> Part:
+    used = MEMSET_USED
     part = _gpu(t, MEMSET, "memset", used)
     kind = _label(t, "memKind", enums.memory)
     part.cols["name"] = pc.dictionary_encode(join_texts("Memset (", _text(kind, t.num_rows), ")", null="?"))
@@ -188,9 +201,8 @@ def memsets(db: Database, enums: Enums) -> Part:
     return part
 
 
-def syncs(db: Database, enums: Enums) -> Part:
+def syncs(t: pa.Table, enums: Enums) -> Part:
     """Synchronisation records; ``syncType`` stays in args (see :func:`sync_types` for why)."""
-    t = read_columns(db, SYNC, frozenset())
     part = _gpu(t, SYNC, "sync", frozenset())
     kind = _label(t, "syncType", enums.sync)
     part.cols["sync_type"] = kind if kind is not None else pa.nulls(t.num_rows, pa.dictionary(pa.int32(), pa.string()))
@@ -242,21 +254,22 @@ def _codes(arr: Col) -> tuple[list[str | None], I64]:
     return enc.dictionary.to_pylist(), np.asarray(enc.indices.fill_null(-1), dtype=np.int64)
 
 
-def graphs(db: Database) -> Part:
+def graphs(t: pa.Table) -> Part:
     """Whole CUDA graphs traced as one GPU activity (``--cuda-graph-trace=graph``): kind ``other``."""
-    t = read_columns(db, GRAPH, frozenset())
     part = _gpu(t, GRAPH, "other", frozenset())
     part.cols["name"] = constant(t.num_rows, "CUDA graph")
     return part
 
 
-def cuda_events(db: Database) -> Part:
+CUDA_EVENT_USED = frozenset({"timestamp"})
+
+
+def cuda_events(t: pa.Table) -> Part:
     """CUDA event records on a stream (``cudaEventRecord``): kind ``other``, linked to the recording
     call like kernels. Before 2026.2 the table has no time at all: start_ns and end_ns stay null
     rather than borrow the call's time, as the record happens when the stream reaches it (the
     call's times are in launch_*). From 2026.2, ``timestamp`` makes it an instant."""
-    used = frozenset({"timestamp"})
-    t = read_columns(db, CUDA_EVENT, used)
+    used = CUDA_EVENT_USED
     part = _gpu(t, CUDA_EVENT, "other", used)
     n = t.num_rows
     part.cols["name"] = constant(n, "CUDA event record")
@@ -268,11 +281,13 @@ def cuda_events(db: Database) -> Part:
     return part
 
 
-def apis(db: Database, strings: Strings, table: str) -> Part:
+API_USED = frozenset({"nameId", "eventClass", "returnValue", "correlationId"})
+
+
+def apis(t: pa.Table, strings: Strings, table: str) -> Part:
     """CUDA runtime and driver calls (kind ``cuda_api``) or OS runtime calls (kind ``other``)."""
     cuda = table == RUNTIME
-    used = frozenset({"nameId", "eventClass", "returnValue", "correlationId"})
-    t = read_columns(db, table, used)
+    used = API_USED
     name = strings.names(ints(t, "nameId"), api_name if cuda else None)
     part = _on_threads(t, table, "cuda_api" if cuda else "other", name)
     part.cols.update(_renamed(t, {"returnValue": "return_value", "correlationId": "correlation_id"}))
@@ -283,12 +298,14 @@ def apis(db: Database, strings: Strings, table: str) -> Part:
     return part
 
 
-def overheads(db: Database, strings: Strings) -> Part:
+OVERHEAD_USED = frozenset({"nameId"})
+
+
+def overheads(t: pa.Table, strings: Strings) -> Part:
     """Time ranges the profiler spent on a thread of the profiled process (kind ``overhead``): CUPTI
     buffer flushes, instrumentation, ... ``returnValue`` (``overheadType`` from 2026.2, and
     ``correlationId``, always 0, before 2021) goes into args like every unmapped number."""
-    used = frozenset({"nameId"})
-    t = read_columns(db, OVERHEAD, used)
+    used = OVERHEAD_USED
     part = _on_threads(t, OVERHEAD, "overhead", strings.names(ints(t, "nameId")))
     _put(part.cols, {"args": json_args(t, leftover(t, used | _COMMON))})
     return part

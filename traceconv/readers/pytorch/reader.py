@@ -21,6 +21,7 @@ from traceconv.errors import TraceconvError
 from traceconv.process import paused_gc, return_freed_memory
 from traceconv.readers.arrow_util import identity
 from traceconv.readers.base import GZIP_MAGIC, Progress, TraceInfo, trace_stem, unlaunched_note
+from traceconv.readers.occupancy_columns import Devices, with_occupancy
 from traceconv.readers.pytorch.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded, decode_events
@@ -142,11 +143,12 @@ class PytorchReader:
                 op_spill.close()
             return_freed_memory()
             base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
+            devices = Devices.kineto(self.info.metadata.get("deviceProperties"))
             for group in row_groups(spill, ROW_GROUP_ROWS):
                 wide = pa.concat_tables(
                     [S.conform(dict(zip(t.column_names, t.columns, strict=True)), t.num_rows) for t in group]
                 )
-                yield _stamp(index.resolve(wide, base), self.info)
+                yield _stamp(with_occupancy(index.resolve(wide, base), devices), self.info)
         finally:
             spill.close()
         self.info.counters["events"] = self._events

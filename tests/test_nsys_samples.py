@@ -1,0 +1,227 @@
+"""GPU metrics (kind ``metric``) and CUDA memory usage (kind ``memory``) of Nsight Systems exports.
+
+Truth comes from plain sqlite3 queries on the same exports: one metric row per ``GPU_METRICS``
+row with the name ``TARGET_INFO_GPU_METRICS`` gives it, one memory row per
+``CUDA_GPU_MEMORY_USAGE_EVENTS`` row with its running total recomputed here.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import re
+import sqlite3
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import traceconv
+import traceconv.readers.nsys.sql
+from traceconv import schema as S
+
+from .conftest import FIXTURES, fixture
+from .fixtures import CACHE
+
+SM_AFTER = fixture("nsys/h200-metrics/sm_after.sqlite")
+MEMUSAGE = fixture("nsys/h200/memusage.sqlite")
+FIXED = fixture("nsys/h200/fixed.sqlite")
+
+
+def _big_metrics() -> Path:
+    """``fixtures/nsys/h200/gpu_metrics.sqlite.xz`` (2.3M samples), unpacked once: too large for the sweep."""
+    out = CACHE / "nsys" / "h200" / "gpu_metrics.sqlite"
+    packed = FIXTURES / "nsys" / "h200" / "gpu_metrics.sqlite.xz"
+    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        with lzma.open(packed) as src, open(tmp, "wb") as dst:
+            while block := src.read(1 << 22):
+                dst.write(block)
+        os.replace(tmp, out)
+    return out
+
+
+def _query(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute(sql).fetchall()
+
+
+def _epoch(path: Path) -> int:
+    return int(_query(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0])
+
+
+def _kind(table: pa.Table, kind: str) -> pa.Table:
+    return table.filter(pc.equal(table["kind"].cast(pa.string()), kind))
+
+
+METRIC_SQL = """
+SELECT m.timestamp, i.metricName, m.value, m.typeId & 255
+FROM GPU_METRICS m JOIN TARGET_INFO_GPU_METRICS i ON i.typeId = m.typeId AND i.metricId = m.metricId
+ORDER BY m.timestamp, m.rowid
+"""
+
+
+def test_metric_rows_are_the_samples_in_time_order() -> None:
+    table = traceconv.read(SM_AFTER)
+    rows = _kind(table, "metric").select(["start_ns", "end_ns", "name", "value", "device", "unit", "phase"]).to_pylist()
+    epoch = _epoch(SM_AFTER)
+    want = _query(SM_AFTER, METRIC_SQL)
+    assert len(rows) == len(want) == _query(SM_AFTER, "SELECT count(*) FROM GPU_METRICS")[0][0] > 10_000
+    got = [(r["start_ns"] - epoch, r["name"], r["value"], r["device"]) for r in rows]
+    assert got == [(t, name, float(v), gpu) for t, name, v, gpu in want]
+    assert all(r["end_ns"] == r["start_ns"] and r["phase"] == "i" for r in rows)
+    for r in rows:  # the unit is what the name's brackets say, "Throughput" aside
+        bracket = re.search(r"\[([^\]]+)\]$", r["name"])
+        assert bracket is not None and r["unit"] == bracket.group(1).replace("Throughput ", "")
+    assert {r["unit"] for r in rows if r["name"] == "SMs Active [Throughput %]"} == {"%"}
+
+
+def test_value_and_unit_are_the_columns_before_args() -> None:
+    assert S.NAMES[-3:] == ("value", "unit", "args")
+    assert S.BY_NAME["value"].type == pa.float64() and S.BY_NAME["unit"].type == S.DICT
+    assert "metric" in S.KINDS
+
+
+def test_a_large_metrics_export_converts_every_sample() -> None:
+    path = _big_metrics()
+    table = traceconv.read(path)
+    metric = _kind(table, "metric")
+    want = dict(
+        _query(
+            path,
+            "SELECT i.metricName, count(*) FROM GPU_METRICS m JOIN TARGET_INFO_GPU_METRICS i "
+            "ON i.typeId = m.typeId AND i.metricId = m.metricId GROUP BY 1",
+        )
+    )
+    assert metric.num_rows == sum(want.values()) == _query(path, "SELECT count(*) FROM GPU_METRICS")[0][0]
+    assert Counter(metric["name"].to_pylist()) == want
+    start = metric["start_ns"].to_numpy()
+    assert (start[1:] >= start[:-1]).all()  # sorted by time
+    sums = _query(path, "SELECT sum(value) FROM GPU_METRICS WHERE metricId = 3")[0][0]  # SMs Active
+    sm = metric.filter(pc.equal(metric["name"].cast(pa.string()), "SMs Active [Throughput %]"))
+    assert pc.sum(sm["value"]).as_py() == float(sums)
+    assert set(metric["device"].to_pylist()) == {0}
+
+
+def _running_totals(path: Path) -> list[tuple[int, int, int]]:
+    """(signed bytes, device, allocated after it), computed row by row from sqlite3's rows."""
+    rows = _query(
+        path,
+        "SELECT e.bytes, e.deviceId, o.label FROM CUDA_GPU_MEMORY_USAGE_EVENTS e "
+        "JOIN ENUM_CUDA_DEV_MEM_EVENT_OPER o ON o.id = e.memoryOperationType ORDER BY e.start, e.rowid",
+    )
+    total: dict[int, int] = defaultdict(int)
+    out = []
+    for size, device, label in rows:
+        signed = -size if label == "Deallocation" else size
+        total[device] += signed
+        out.append((signed, device, total[device]))
+    return out
+
+
+def test_memory_rows_carry_signed_bytes_and_the_running_total_per_device() -> None:
+    table = traceconv.read(MEMUSAGE)
+    memory = _kind(table, "memory")
+    want = _running_totals(MEMUSAGE)
+    assert memory.num_rows == len(want) > 1000
+    got = list(
+        zip(
+            memory["bytes"].to_pylist(),
+            memory["device"].to_pylist(),
+            memory["total_allocated_bytes"].to_pylist(),
+            strict=True,
+        )
+    )
+    assert got == want
+    assert all(b > 0 for b, _, _ in want)  # this export frees nothing (test_frees_count_against_the_total)
+    epoch = _epoch(MEMUSAGE)
+    raw = _query(
+        MEMUSAGE,
+        "SELECT start, address, correlationId, (globalPid >> 24) & 16777215 FROM CUDA_GPU_MEMORY_USAGE_EVENTS "
+        "ORDER BY start, rowid",
+    )
+    import json
+
+    args = [json.loads(a) for a in memory["args"].to_pylist()]
+    assert [(s + epoch, a, c, p) for s, a, c, p in raw] == [
+        (s, x["address"], c, p)
+        for s, x, c, p in zip(
+            memory["start_ns"].to_pylist(),
+            args,
+            memory["correlation_id"].to_pylist(),
+            memory["pid"].to_pylist(),
+            strict=True,
+        )
+    ]
+    assert {x["memKind"] for x in args} <= {"Device", "DeviceStatic", "Managed", "Pinned", "Pageable"}
+    assert set(memory["name"].to_pylist()) == {"CUDA memory allocation"}
+
+
+def test_exports_without_samples_have_no_metric_or_memory_rows() -> None:
+    table = traceconv.read(FIXED)
+    kinds = set(table["kind"].to_pylist())
+    assert not kinds & {"metric", "memory"}
+    assert table["value"].null_count == table["unit"].null_count == table.num_rows
+
+
+@pytest.mark.parametrize("path", [SM_AFTER, MEMUSAGE], ids=lambda p: p.name)
+def test_small_batches_convert_to_the_same_table(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every table in batches of 1,000 rows (several runs of calls, totals carried over): the same rows."""
+    from traceconv.readers.nsys import batches
+
+    whole = traceconv.read(path)
+    monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
+    streamed = traceconv.read(path)
+    assert streamed.schema.metadata == whole.schema.metadata
+    assert _values(streamed).equals(_values(whole))  # each batch has dictionaries of its own
+
+
+def _values(table: pa.Table) -> pa.Table:
+    cols = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
+    return pa.table(cols, names=table.column_names)
+
+
+def test_frees_count_against_the_total(tmp_path: Path) -> None:
+    """Hand-made: the real export frees nothing; here every third event of memusage.sqlite is made a free."""
+    path = tmp_path / "frees.sqlite"
+    path.write_bytes(MEMUSAGE.read_bytes())
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET memoryOperationType = 1 WHERE rowid % 3 = 0")
+    memory = _kind(traceconv.read(path), "memory")
+    want = _running_totals(path)
+    assert any(b < 0 for b, _, _ in want)
+    assert (
+        list(
+            zip(
+                memory["bytes"].to_pylist(),
+                memory["device"].to_pylist(),
+                memory["total_allocated_bytes"].to_pylist(),
+                strict=True,
+            )
+        )
+        == want
+    )
+
+
+def test_an_unsorted_table_is_read_in_start_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-made: fixed.sqlite with its API calls stored in reverse, read in batches through SQLite's sort."""
+    from traceconv.readers.nsys import batches
+
+    path = tmp_path / "reversed.sqlite"
+    path.write_bytes(FIXED.read_bytes())
+    runtime = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE r AS SELECT * FROM {runtime} ORDER BY rowid DESC")
+        db.execute(f"DELETE FROM {runtime}")
+        db.execute(f"INSERT INTO {runtime} SELECT * FROM r")
+        db.execute("DROP TABLE r")
+    whole = traceconv.read(path)  # read whole and sorted in memory, as before batches
+    monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
+    plan = batches.plan(traceconv.readers.nsys.sql.Database(path), runtime, ["start"], ("start",))
+    assert plan.key is not None and plan.ranges is None  # not in order: SQLite sorts it
+    streamed = traceconv.read(path)
+    assert _values(streamed).equals(_values(whole))

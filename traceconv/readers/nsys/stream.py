@@ -1,0 +1,198 @@
+"""The tables of an export, converted and linked a batch of rows at a time, in event-id order.
+
+NVTX ranges are kept (thread, start, end, event id, name code) for the op links of the API
+calls that follow; each batch of API calls goes to the :class:`~.launches.LaunchIndex` on disk
+with what its GPU work takes from it (times, thread, name, NVTX range); each batch of GPU rows
+looks its calls up there. Memory holds a few batches, the NVTX ranges and the index's keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceconv import schema as S
+from traceconv.errors import InputError
+from traceconv.process import return_freed_memory
+from traceconv.readers.arrow_util import I64, identity
+from traceconv.readers.base import Progress, TraceInfo
+from traceconv.readers.nsys.batches import Plan, Reads, plan
+from traceconv.readers.nsys.launches import LaunchIndex, nothing
+from traceconv.readers.nsys.links import Ranges, Vocabulary, launch_columns
+from traceconv.readers.nsys.meta import Names
+from traceconv.readers.nsys.nvtx import NVTX
+from traceconv.readers.nsys.parts import NO_TIME, Col, Part
+from traceconv.readers.nsys.sources import Context, Source
+from traceconv.readers.nsys.sql import Database
+from traceconv.readers.nsys.tables import CUDA_EVENT, GRAPH, KERNEL, MEMCPY, MEMSET, OSRT, RUNTIME, SYNC, sync_types
+
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH, CUDA_EVENT)  # rows with a correlation id to a launching call
+GPU_ROWS = (KERNEL, MEMCPY, MEMSET)  # the schema's GPU kinds
+CONTRADICTED = (
+    "{:,} synchronisation rows have a syncType code that contradicts "
+    "their call (e.g. cudaStreamSynchronize coded as stream wait event): sync_type "
+    "follows the call; the code is in args"
+)
+
+
+@dataclass
+class _Table:
+    """What one table's batches add up to: rows, notes' counts, links' notes."""
+
+    rows: int = 0
+    tallies: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    contradicted: int = 0  # synchronisation rows whose code contradicts their call
+
+
+class Stream:
+    """Converts the ``sources`` present in ``ctx.db``, yielding one unified table per batch."""
+
+    def __init__(self, info: TraceInfo, ctx: Context, names: Names, offset: int, progress: Progress | None) -> None:
+        self.info, self.ctx, self.names, self.offset = info, ctx, names, offset
+        self._progress = progress
+        self.nvtx_names, self.api_names = Vocabulary(), Vocabulary()
+        self.ranges = Ranges(self.nvtx_names)
+        self.calls: dict[bool, LaunchIndex] = {}  # by_process -> the calls keyed that way
+        self._by_process: dict[str, bool] = {}
+        self._gpids: set[int] = set()
+        self._api_rows = 0
+        self._first_api_id = 0
+
+    def tables(self, sources: list[Source]) -> Iterator[pa.Table]:
+        db = self.ctx.db
+        plans = [plan(db, s.table, s.columns(db), s.keys) for s in sources]
+        firsts = np.cumsum([0, *(p.rows for p in plans)])[:-1].tolist()
+        self._first_api_id = next((f for s, f in zip(sources, firsts, strict=True) if s.table == RUNTIME), 0)
+        for s in sources:
+            if s.table in GPU_TABLES and RUNTIME in db.tables:
+                self._by_process[s.table] = _has_processes(db, s.table)
+        self.calls = {by: LaunchIndex(by) for by in set(self._by_process.values())}
+        reads = Reads(db, plans)
+        total, done = sum(p.rows for p in plans), 0
+        try:
+            for i, (source, p) in enumerate(zip(sources, plans, strict=True)):
+                for table in self._table(source, p, reads.batches(i), firsts[i]):
+                    done += table.num_rows
+                    yield table
+                    if self._progress is not None:
+                        size = os.path.getsize(db.path)
+                        self._progress(size * done // max(total, 1), size)
+        finally:
+            reads.close()
+            for index in self.calls.values():
+                index.close()
+
+    def _table(self, source: Source, p: Plan, batches: Iterator[pa.Table], first_id: int) -> Iterator[pa.Table]:
+        done = _Table()
+        self.info.counters[f"rows_{p.table}"] = p.rows
+        for batch in batches:
+            part = source.convert(batch, self.ctx)
+            del batch
+            if p.whole:
+                part = _sorted(part)
+            for note, count in part.tallies.items():
+                done.tallies[note] = done.tallies.get(note, 0) + count
+            cols = self._links(part, first_id + done.rows, done)
+            cols["process_name"] = self.names.processes(part.gpid)
+            cols["thread_name"] = self.names.threads(part.gtid)
+            yield self._unified(part, cols, first_id + done.rows)
+            done.rows += part.n
+        return_freed_memory()  # a table's batches lie between live data: only a trim gives them back
+        if done.rows != p.rows:
+            raise InputError(self.ctx.db.path, f"table {p.table} changed while it was read", "convert a copy of it")
+        self.info.notes.extend(note.format(count) for note, count in done.tallies.items())
+        self.info.notes.extend(n for n in dict.fromkeys(done.notes) if n not in self.info.notes)
+        if done.contradicted:
+            self.info.notes.append(CONTRADICTED.format(done.contradicted))
+
+    def _links(self, part: Part, first_id: int, done: _Table) -> dict[str, Col]:
+        cols = dict(part.cols)
+        if part.table == NVTX:
+            self.ranges.add(part, first_id, self.nvtx_names.codes(part.cols["name"]))
+        elif part.table in (RUNTIME, OSRT):
+            eid, name = self.ranges.find(part.gtid, part.start)
+            cols.update(self.ranges.columns(eid, name))
+            if part.table == RUNTIME:
+                self._add_calls(part, eid, name)
+        elif part.table in GPU_TABLES:
+            cols.update(self._launches(part, done))
+        if part.table == SYNC:
+            cols["sync_type"], cols["name"], contradicted = sync_types(cols["sync_type"], cols.get("launch_name"))
+            done.contradicted += contradicted
+        return cols
+
+    def _add_calls(self, part: Part, op_eid: I64, op_name: I64) -> None:
+        calls = {
+            "pos": np.arange(self._api_rows, self._api_rows + part.n, dtype=np.int64),
+            "start": part.start,
+            "end": part.end,
+            "gtid": part.gtid,
+            "name": self.api_names.codes(part.cols["name"]),
+            "op_eid": op_eid,
+            "op_name": op_name,
+        }
+        if self._by_process and not all(self._by_process.values()):  # for the note on exports without globalPid
+            self._gpids.update(pc.unique(pa.array(part.gpid)).to_pylist())
+        for index in self.calls.values():
+            calls["key"] = index.keys(part.corr, part.gpid, add=True)
+            index.add(calls)
+        self._api_rows += part.n
+
+    def _launches(self, part: Part, done: _Table) -> dict[str, Col]:
+        if part.table not in self._by_process:  # no CUDA API table: nothing to link to
+            if part.table in GPU_ROWS:
+                self._count("gpu_rows_without_launch", part.n)
+            return {}
+        by_process = self._by_process[part.table]
+        index = self.calls[by_process]
+        if not by_process and len(self._gpids) > 1:
+            done.notes.append(
+                f"{part.table} has no globalPid: GPU rows were linked to API calls by correlation id alone"
+            )
+        if index.duplicates:
+            done.notes.append(
+                f"{index.duplicates:,} CUDA API calls repeat a correlation id of their process; "
+                "GPU work was linked to the first of them"
+            )
+        calls = index.find(index.keys(part.corr, part.gpid)) if self._api_rows else nothing(part.n)
+        if part.table in GPU_ROWS:
+            self._count("gpu_rows_without_launch", int((calls["pos"] < 0).sum()))
+        if self._api_rows:
+            cols = launch_columns(calls, part, self._first_api_id, self.offset, self.api_names)
+        else:  # the table is there, without a call
+            cols = {"launch_event_id": pa.array(np.zeros(part.n, np.int64), mask=np.ones(part.n, dtype=bool))}
+        cols.update(self.ranges.columns(calls["op_eid"], calls["op_name"]))
+        return cols
+
+    def _count(self, key: str, n: int) -> None:
+        self.info.counters[key] = self.info.counters.get(key, 0) + n
+
+    def _unified(self, part: Part, cols: dict[str, Col], first_id: int) -> pa.Table:
+        n = part.n
+        ended = part.end != NO_TIME
+        cols.update(identity(n, self.info))
+        cols["event_id"] = pa.array(np.arange(first_id, first_id + n, dtype=np.int64))
+        cols["start_ns"] = pa.array(part.start + self.offset, mask=part.start == NO_TIME)
+        cols["end_ns"] = pa.array(part.end + self.offset, mask=~ended)
+        cols["dur_ns"] = pa.array(part.end - part.start, mask=~ended)
+        return S.conform(dict(cols), n)
+
+
+def _has_processes(db: Database, table: str) -> bool:
+    """Whether GPU rows of ``table`` name their process (``globalPid``; exports before 2021 do not)."""
+    if "globalPid" not in db.columns(table):
+        return False
+    return bool(db.rows(table, f"SELECT EXISTS (SELECT 1 FROM [{table}] WHERE [globalPid] >= 0)")[0][0])
+
+
+def _sorted(part: Part) -> Part:
+    """Rows in start order (nsys writes them per buffer, not globally sorted)."""
+    if part.n < 2 or bool((np.diff(part.start) >= 0).all()):
+        return part
+    return part.take(np.argsort(part.start, kind="stable"))
