@@ -110,11 +110,12 @@ def test_pytorch_ranks_equal_the_raw_json(tmp_path: Path, names: tuple[str, str]
 def test_nsys_processes_equal_the_raw_sqlite() -> None:
     path = fixture(NSYS)
     con = sqlite3.connect(path)
+    pid = "globalPid / 16777216 % 16777216"
     gpu = con.execute(
-        "SELECT globalPid / 16777216 % 16777216, deviceId, k.start, k.end, 'kernel', "
-        "lower(s.value) LIKE '%nccl%' FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
-        "UNION ALL SELECT globalPid / 16777216 % 16777216, deviceId, start, end, 'copy', 0 FROM CUPTI_ACTIVITY_KIND_MEMCPY "
-        "UNION ALL SELECT globalPid / 16777216 % 16777216, deviceId, start, end, 'copy', 0 FROM CUPTI_ACTIVITY_KIND_MEMSET"
+        f"SELECT {pid}, deviceId, k.start, k.end, 'kernel', lower(s.value) LIKE '%nccl%' "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        f"UNION ALL SELECT {pid}, deviceId, start, end, 'copy', 0 FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+        f"UNION ALL SELECT {pid}, deviceId, start, end, 'copy', 0 FROM CUPTI_ACTIVITY_KIND_MEMSET"
     ).fetchall()
     report = _analyse(path)
     assert len(report.ranks) == 2 and {r.device for r in report.ranks} == {0, 1}
