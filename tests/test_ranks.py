@@ -208,3 +208,15 @@ def test_findings_follow_thresholds(tmp_path: Path) -> None:
     assert [s.label for s in report.stragglers] == ["1"] and report.stragglers[0].last_arrivals == 7
     assert "STRAGGLER" in {f.code for f in report.findings}
     assert strict.stragglers == [] and "STRAGGLER" not in {f.code for f in strict.findings}
+
+
+def test_summary_of_several_ranks_shows_them_rank_by_rank(tmp_path: Path) -> None:
+    d = _rank_dir(tmp_path, DDP)
+    text = CliRunner().invoke(main, ["summary", str(d)])
+    assert text.exit_code == 0, text.output
+    assert "rank 0 (GPU 0): window" in text.stdout and "rank 1 (GPU 1): window" in text.stdout
+    assert "GPU 0: busy" not in text.stdout and "LOW_OVERLAP" in text.stdout
+    doc = json.loads(CliRunner().invoke(main, ["summary", str(d), "--format", "json"]).stdout)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    alone = json.loads(CliRunner().invoke(main, ["summary", str(fixture(DDP[0])), "--format", "json"]).stdout)
+    assert "ranks" not in alone and "LOW_OVERLAP" not in {f["code"] for f in alone["findings"]}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from traceconv.analyses.ranks.units import COMM_SQL, UNIT_SQL, Unit
+from traceconv.analyses.ranks.units import UNIT_SQL, Unit, comm_sql
 from traceconv.analyses.source import Source
 
 DEFAULT_GROUP = "default"  # the process group of collectives whose trace does not name one
@@ -50,15 +50,19 @@ class Calls:
 def calls(source: Source, unit: Unit) -> Calls:
     def field(key: str) -> str:
         path = f"'$.\"{key}\"'"
+        if not source.has("args"):
+            return "NULL"
         return f"coalesce(json_extract_string(k.args, {path}), json_extract_string(o.args, {path}))"
 
     picked = ", ".join(f"{field(key)} AS {name}" for name, key in _FIELDS.items())
+    op_name = "k.op_name" if source.has("op_name") else "NULL AS op_name"
+    op_args = "args" if source.has("args") else "NULL AS args"
     rows = source.frame(
-        f"WITH k AS (SELECT * FROM events WHERE {COMM_SQL} AND start_ns IS NOT NULL AND end_ns IS NOT NULL "
+        f"WITH k AS (SELECT * FROM events WHERE {comm_sql(source)} AND start_ns IS NOT NULL AND end_ns IS NOT NULL "
         f"AND {UNIT_SQL}), "
-        "o AS (SELECT event_id, args FROM events WHERE trace_id IS NOT DISTINCT FROM ? "
+        f"o AS (SELECT event_id, {op_args} FROM events WHERE trace_id IS NOT DISTINCT FROM ? "
         "AND event_id IN (SELECT op_event_id FROM k)) "
-        f"SELECT k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur_ns, k.name, k.op_name, {picked} "
+        f"SELECT k.start_ns, k.end_ns, k.end_ns - k.start_ns AS dur_ns, k.name, {op_name}, {picked} "
         "FROM k LEFT JOIN o ON o.event_id = k.op_event_id ORDER BY k.start_ns, k.event_id",
         [*unit.key, unit.trace_id],
     )

@@ -18,12 +18,23 @@ from traceconv.analyses.ranks.model import Breakdown
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import Steps, find_steps, step_label, step_regex
 
-COMM_SQL = (
-    "(kind = 'kernel' AND (lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%' "
-    "OR json_extract_string(args, '$.\"Collective name\"') IS NOT NULL "
-    "OR op_name = 'record_param_comms' OR op_name LIKE 'c10d::%'))"
-)
-CLASS_SQL = f"CASE WHEN kind <> 'kernel' THEN 2 WHEN {COMM_SQL} THEN 1 ELSE 0 END"  # compute, comm, copy
+IDENTITY = ("trace_id", "pid", "device", "rank", "source")
+
+
+def comm_sql(source: Source) -> str:
+    """The condition that a row is a communication kernel (columns a table lacks are left out)."""
+    terms = ["lower(name) LIKE '%nccl%'", "lower(name) LIKE '%rccl%'"]
+    if source.has("args"):
+        terms.append("json_extract_string(args, '$.\"Collective name\"') IS NOT NULL")
+    if source.has("op_name"):
+        terms.append("op_name = 'record_param_comms' OR op_name LIKE 'c10d::%'")
+    return f"(kind = 'kernel' AND ({' OR '.join(terms)}))"
+
+
+def class_sql(source: Source) -> str:
+    return f"CASE WHEN kind <> 'kernel' THEN 2 WHEN {comm_sql(source)} THEN 1 ELSE 0 END"  # compute, comm, copy
+
+
 UNIT_SQL = "trace_id IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ? AND device IS NOT DISTINCT FROM ?"
 GPU_KINDS = "kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
 
@@ -50,10 +61,13 @@ class Unit:
 
 def units(source: Source) -> list[Unit]:
     """Every (trace, process, device) with GPU rows, in rank order (ranks without a number last)."""
+    c = {name: name if source.has(name) else "NULL" for name in IDENTITY}
     df = source.frame(
-        f"WITH g AS (SELECT trace_id, pid, device, any_value(rank) AS rank, any_value(source) AS source "
+        f"WITH g AS (SELECT {c['trace_id']} AS trace_id, {c['pid']} AS pid, {c['device']} AS device, "
+        f"any_value({c['rank']}) AS rank, any_value({c['source']}) AS source "
         f"FROM events WHERE {GPU_KINDS} GROUP BY ALL), "
-        "h AS (SELECT trace_id, mode(pid) AS host_pid FROM events WHERE kind = 'cuda_api' GROUP BY ALL) "
+        f"h AS (SELECT {c['trace_id']} AS trace_id, mode({c['pid']}) AS host_pid FROM events "
+        "WHERE kind = 'cuda_api' GROUP BY ALL) "
         "SELECT g.*, h.host_pid FROM g LEFT JOIN h ON h.trace_id IS NOT DISTINCT FROM g.trace_id"
     )
     out = [
@@ -83,7 +97,7 @@ class GpuRows:
 
 def gpu_rows(source: Source, unit: Unit) -> GpuRows:
     rows = source.arrow(
-        f"SELECT start_ns, end_ns, {CLASS_SQL} AS c FROM events WHERE {GPU_KINDS} AND {UNIT_SQL}", unit.key
+        f"SELECT start_ns, end_ns, {class_sql(source)} AS c FROM events WHERE {GPU_KINDS} AND {UNIT_SQL}", unit.key
     )
     s = rows["start_ns"].to_numpy().astype(np.int64)
     e = rows["end_ns"].to_numpy().astype(np.int64)
