@@ -37,7 +37,7 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 def _rank_dir(tmp_path: Path, names: Iterable[str]) -> Path:
     d = tmp_path / "ranks"
-    d.mkdir()
+    d.mkdir(parents=True)
     for name in names:
         shutil.copy(fixture(name), d / Path(name).name)
     return d
@@ -220,3 +220,22 @@ def test_summary_of_several_ranks_shows_them_rank_by_rank(tmp_path: Path) -> Non
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
     alone = json.loads(CliRunner().invoke(main, ["summary", str(fixture(DDP[0])), "--format", "json"]).stdout)
     assert "ranks" not in alone and "LOW_OVERLAP" not in {f["code"] for f in alone["findings"]}
+
+
+def test_diff_of_two_multi_rank_runs_goes_rank_by_rank(tmp_path: Path) -> None:
+    """The DDP pair against HTA's two-rank sample: each rank's per-step figures are its own `ranks` figures."""
+    ddp, hta = _rank_dir(tmp_path / "a", DDP), _rank_dir(tmp_path / "b", HTA)
+    result = CliRunner().invoke(main, ["diff", str(ddp), str(hta), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    before, after = _analyse(ddp), _analyse(hta)
+    assert [r["label"] for r in doc["ranks"]] == ["0", "1"]
+    for change, b, a in zip(doc["ranks"], before.ranks, after.ranks, strict=True):
+        assert change["per"] == "step"
+        assert b.in_steps is not None and a.in_steps is not None
+        assert change["before"]["comm_ns"] == round(b.in_steps.comm_ns / b.steps)
+        assert change["after"]["compute_ns"] == round(a.in_steps.compute_ns / a.steps)
+        assert change["delta"]["step_ns"] == (a.step_ns or 0) - (b.step_ns or 0)
+    assert "STRAGGLER" in doc["delta"]["findings"]["new"]
+    single = CliRunner().invoke(main, ["diff", str(fixture(DDP[0])), str(fixture(DDP[1])), "--format", "json"])
+    assert "ranks" not in json.loads(single.stdout)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from traceconv.analyses.ranks import RankRow, RanksReport, as_dict
+from traceconv.analyses.ranks.compare import RankChange
 from traceconv.analyses.ranks.model import Collective
 from traceconv.render.table import Col, Doc, json_document
 from traceconv.units import ms, us
@@ -120,6 +121,37 @@ def collective_rows(collectives: list[Collective]) -> list[dict[str, Any]]:
             }
         )
     return sorted(rows, key=lambda r: -float(r["time_ns"]) * int(r["count"]))
+
+
+RANK_CHANGE_COLS = [
+    Col("Rank", "label"),
+    Col("Step ms", "b_step", "ms"),
+    Col("after", "a_step", "ms"),
+    Col("Compute ms", "b_compute", "ms"),
+    Col("after", "a_compute", "ms"),
+    Col("Comm ms", "b_comm", "ms"),
+    Col("after", "a_comm", "ms"),
+    Col("Exposed ms", "b_exposed", "ms"),
+    Col("after", "a_exposed", "ms"),
+    Col("Overlap %", "b_overlap", "pct"),
+    Col("after", "a_overlap", "pct"),
+]
+
+
+def rank_change_rows(changes: list[RankChange]) -> list[dict[str, Any]]:
+    out = []
+    for c in changes:
+        row: dict[str, Any] = {"label": c.label if c.label == c.before_label else f"{c.before_label} -> {c.label}"}
+        for side, f in (("b", c.before), ("a", c.after)):
+            row |= {
+                f"{side}_step": f.step_ns,
+                f"{side}_compute": f.compute_ns,
+                f"{side}_comm": f.comm_ns,
+                f"{side}_exposed": f.exposed_comm_ns,
+                f"{side}_overlap": f.overlap_pct,
+            }
+        out.append(row)
+    return out
 
 
 def _offset(v: int | None) -> str:
