@@ -135,17 +135,19 @@ def unit_steps(source: Source, unit: Unit, pattern: str) -> Steps | None:
     """The steps of the rank's process (its trace; in an nsys export, its process's ranges)."""
     regex = step_regex(pattern)
     where = "trace_id IS NOT DISTINCT FROM ?" + (" AND pid IS NOT DISTINCT FROM ?" if unit.source == "nsys" else "")
+    where += " AND kind IN ('cpu_op', 'nvtx') AND device IS NULL AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
     params: list[object] = [unit.trace_id] + ([unit.pid] if unit.source == "nsys" else [])
+    names = source.arrow(f"SELECT DISTINCT name FROM events WHERE {where}", params)["name"].to_pylist()
+    steps = [n for n in names if n is not None and regex.search(str(n))]
+    if not steps:
+        return None
+    marks = ", ".join("?" for _ in steps)
     ranges = source.frame(
         "SELECT name, start_ns, end_ns, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid FROM events "
-        f"WHERE kind IN ('cpu_op', 'nvtx') AND device IS NULL AND start_ns IS NOT NULL AND end_ns IS NOT NULL "
-        f"AND {where} ORDER BY event_id",
-        params,
+        f"WHERE {where} AND name IN ({marks}) ORDER BY event_id",
+        [*params, *steps],
     )
-    names = ranges["name"].astype(str)
-    keep = names.map(lambda n: bool(regex.search(n))).to_numpy(dtype=bool)
-    steps = ranges[keep].assign(label=names[keep].map(step_label), is_step=True)
-    return find_steps(pd.DataFrame(steps)) if len(steps) else None
+    return find_steps(ranges.assign(label=ranges["name"].astype(str).map(step_label), is_step=True))
 
 
 def _clip(segs: tuple[I.I64, I.I64], windows: tuple[I.I64, I.I64]) -> tuple[I.I64, I.I64]:
