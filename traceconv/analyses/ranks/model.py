@@ -81,14 +81,14 @@ class Collective:
 
 @dataclasses.dataclass(frozen=True)
 class Straggler:
-    """A rank whose step (or compute) time is over the median of the ranks by the STRAGGLER threshold."""
+    """A rank that slows the others, by the STRAGGLER threshold (:mod:`.verdicts`)."""
 
     label: str
     rank: int | None
-    basis: str  # "step" (median step time) or "compute" (compute time over the window)
-    time_ns: int
-    median_ns: int
-    over_pct: float
+    basis: str  # "compute per step", "compute" (over the window), or "arrival"
+    time_ns: int  # its compute (per step); "arrival": each other rank's wait for it, per step
+    median_ns: int  # the ranks' median compute; "arrival": the median step (window)
+    over_pct: float  # over the median, in %; "arrival": time_ns as a share of median_ns
     last_arrivals: int
     matched: int
     others_wait_ns: int  # what the other ranks waited in the collectives it arrived last at
