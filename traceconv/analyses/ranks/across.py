@@ -59,14 +59,9 @@ def _record(
     n = size if size is not None else len(members)
     nbytes = message_bytes(_first(rows, "in_nelems"), _first(rows, "out_nelems"), _text(first_row["dtype"]))
     time_ns = int(rows[last]["dur_ns"])
-    algbw = nbytes / time_ns if nbytes is not None and time_ns > 0 else None
     name = str(first_row["collective"])
-    for m in members:
-        t = tallies[m]
-        t.matched += 1
-        t.wait_ns += start[last] - start[m]
-    tallies[last].last_arrivals += 1
-    tallies[last].caused_ns += sum(start[last] - s for s in start.values())
+    algbw, busbw = _bandwidth(name, nbytes, time_ns, n)
+    _tally(tallies, start, last)
     return Collective(
         collective=name,
         process_group=g.name,
@@ -83,9 +78,26 @@ def _record(
         skew_ns=max(start.values()) - min(start.values()),
         last_rank=labels[last],
         time_ns=time_ns,
-        algbw_gbps=round(algbw, 3) if algbw is not None else None,
-        busbw_gbps=round(algbw * bus_factor(name, n), 3) if algbw is not None else None,
+        algbw_gbps=algbw,
+        busbw_gbps=busbw,
     )
+
+
+def _bandwidth(name: str, nbytes: int | None, time_ns: int, n: int) -> tuple[float | None, float | None]:
+    """NCCL-tests' algbw = S / t and busbw = algbw x factor, in GB/s (bytes per ns)."""
+    if nbytes is None or time_ns <= 0:
+        return None, None
+    algbw = nbytes / time_ns
+    return round(algbw, 3), round(algbw * bus_factor(name, n), 3)
+
+
+def _tally(tallies: dict[int, Tally], start: dict[int, int], last: int) -> None:
+    """Each rank waited from its start to the last rank's; the last rank caused all of it."""
+    for m, s in start.items():
+        tallies[m].matched += 1
+        tallies[m].wait_ns += start[last] - s
+    tallies[last].last_arrivals += 1
+    tallies[last].caused_ns += sum(start[last] - s for s in start.values())
 
 
 def _first(rows: dict[int, pd.Series], column: str) -> int | None:

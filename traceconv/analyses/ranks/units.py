@@ -8,6 +8,7 @@ that PyTorch marks with a ``Collective name`` (on the kernel or on the ``record_
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,9 +55,12 @@ class Unit:
     def key(self) -> list[object]:
         return [self.trace_id, self.gpu_pid, self.device]
 
+    many_devices: bool = False  # the same rank (or process) drives several GPUs: labels name the device
+
     @property
     def label(self) -> str:
-        return str(self.rank) if self.rank is not None else f"{self.trace_id}:{self.pid}"
+        base = str(self.rank) if self.rank is not None else f"{self.trace_id}:{self.pid}"
+        return f"{base}/gpu{self.device}" if self.many_devices else base
 
 
 def units(source: Source) -> list[Unit]:
@@ -81,6 +85,10 @@ def units(source: Source) -> list[Unit]:
         )
         for r in df.itertuples(index=False)
     ]
+    seen: dict[str, int] = {}
+    for u in out:
+        seen[u.label] = seen.get(u.label, 0) + 1
+    out = [dataclasses.replace(u, many_devices=True) if seen[u.label] > 1 else u for u in out]
     return sorted(out, key=lambda u: (u.rank is None, u.rank or 0, str(u.trace_id), u.pid or 0, u.device or 0))
 
 
