@@ -102,9 +102,12 @@ def shifter(ts_by: int, id_by: int) -> Callable[[bytes], bytes]:
     return lambda block: IDS.sub(ident, TS.sub(ts, block))
 
 
-def make(src: Path, out: Path, copies: int) -> None:
+def make(src: Path, out: Path, copies: int, span_of: tuple[Path, ...] = ()) -> None:
+    """``span_of``: other traces whose span, when longer, moves the copies instead (ranks of one run
+    repeated in step with each other, so that their collectives still line up)."""
     start, end = events_span(src)
     ts_by, id_by = measure(src, start, end)
+    ts_by = max([ts_by, *(measure(p, *events_span(p))[0] for p in span_of)])
     tmp = out.with_name(out.name + ".part")
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
         fout.write(fin.read(start))
@@ -125,8 +128,11 @@ def main() -> None:
     parser.add_argument("src", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument(
+        "--span-of", type=Path, action="append", default=[], help="move copies by this trace's span when longer"
+    )
     args = parser.parse_args()
-    make(args.src, args.out, args.copies)
+    make(args.src, args.out, args.copies, tuple(args.span_of))
 
 
 if __name__ == "__main__":

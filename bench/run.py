@@ -97,6 +97,11 @@ def tools(sqlite3_cli: str | None) -> list[Tool]:
         Tool("hta", "HTA parse_trace_dataframe (json backend)", "json", "hta_json", "alt", "hta", slow=True),
         Tool("hta", "HTA parse_trace_dataframe (ijson_batch_and_compress)", "json", "hta_ijson", "alt", "hta",
              slow=True),
+        Tool("traceconv", "traceconv ingest (a directory of ranks)", "ranks",
+             argv=[tc, "ingest", "{in}", "-o", "{out}/o.parquet"]),
+        Tool("traceconv", "traceconv ranks (converted on the fly)", "ranks",
+             argv=[tc, "ranks", "{in}", "--format", "json"]),
+        Tool("traceconv", "traceconv summary (converted on the fly)", "ranks", argv=[tc, "summary", "{in}"]),
         Tool("traceconv", "traceconv nsys", "sqlite", streams=True, argv=[tc, "nsys", "{in}", "-o", "{out}/o.parquet"]),
         Tool("pandas", "pandas.read_sql kernel-runtime join", "sqlite", "pandas_read_sql"),
         Tool("sqlite3", "sqlite3 CLI kernel-runtime join", "sqlite", argv=sqlite_argv),
@@ -141,6 +146,7 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         Input("pq16", DATA / "big_x16.parquet", "parquet", big=True),
         Input("pqtrain", DATA / "big_train.parquet", "parquet"),
         Input("pqx4", DATA / "big_train_x4.parquet", "parquet", big=True),
+        Input("ranks", DATA / "ddp_x20", "ranks"),
         # Other shapes, held back from shared/ (made on the H200 by .gpu/big_shapes.py, see
         # bench/README.md): measured when present in bench/data/, "n/a" otherwise.
         Input("stack", DATA / "big2_conv_stack.json", "json", optional=True),
@@ -173,11 +179,33 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         if key in by_key and src.exists() and not out.exists():
             print(f"making {out.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
             subprocess.run([str(PRODUCT / "traceconv"), command, str(src), "-o", str(out)], check=True)
+    if "ranks" in keys:
+        _ranks(shared / "corpus" / "pytorch" / "h200", DATA / "ddp_x20", 20)
     for i in inputs:
         if not i.path.exists():
             where = "bench/README.md says how to make it" if i.optional else f"needs {shared}/bench/"
             i.missing = f"input missing: {i.path.name} ({where})"
     return inputs
+
+
+def _ranks(corpus: Path, out: Path, copies: int) -> None:
+    """The DDP pair, each rank repeated ``copies`` times in step with the other (make_big.py --span-of)."""
+    pair = [corpus / f"ddp_rank{r}.pt.trace.json" for r in (0, 1)]
+    if out.exists() or not all(p.exists() for p in pair):
+        return
+    tmp = out.with_name(out.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    print(f"making {out.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
+    for p in pair:
+        other = [str(q) for q in pair if q != p]
+        make = [sys.executable, str(BENCH / "make_big.py"), str(p), str(tmp / p.name), "--copies", str(copies)]
+        subprocess.run([*make, "--span-of", *other], check=True)
+    os.replace(tmp, out)
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
 
 
 # -- the alternatives' venv ------------------------------------------------------------
@@ -309,9 +337,10 @@ def _last_line(text: str) -> str:
 
 def warm_cache(path: Path) -> None:
     """Read the input once so that every tool finds it in the page cache, not only the second."""
-    with open(path, "rb") as fh:
-        while fh.read(16 << 20):
-            pass
+    for file in sorted(path.iterdir()) if path.is_dir() else [path]:
+        with open(file, "rb") as fh:
+            while fh.read(16 << 20):
+                pass
 
 
 def bench(tool: Tool, src: Input, runs: int, timeout: float, unavailable: str) -> tuple[Run | None, str]:
@@ -359,7 +388,7 @@ def table(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
            "| wall / traceconv | note |",
            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for tool, src, run, note in rows:
-        size = f"{src.path.name} ({src.path.stat().st_size / 2**20:,.0f} MiB)" if src.path.exists() else src.path.name
+        size = f"{src.path.name} ({_size(src.path) / 2**20:,.0f} MiB)" if src.path.exists() else src.path.name
         ok = run is not None and run.ok
         wall = f"{run.wall:.2f}" if ok and run else "–"
         rss = f"{run.rss_mib:,.0f}" if ok and run else "–"
@@ -416,7 +445,8 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated tools: traceconv,orjson,pandas,duckdb,polars,ijson,hta,sqlite3")
     parser.add_argument(
         "--inputs",
-        help="comma-separated inputs: big,gz,x4,small,sqlite,sqlite4,sqlite16,pq,pq16,pqtrain,pqx4,stack,transformer",
+        help="comma-separated inputs: big,gz,x4,small,sqlite,sqlite4,sqlite16,ranks,pq,pq16,pqtrain,pqx4,"
+        "stack,transformer",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a tool run is killed")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the shared/ folder")

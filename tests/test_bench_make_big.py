@@ -59,3 +59,20 @@ def test_copies_convert_with_the_same_links(tmp_path: Path) -> None:
     assert len(three) == 3 * len(one)
     for col in ("launch_name", "op_name"):
         assert three[col].notna().sum() == 3 * one[col].notna().sum() > 0
+
+
+def test_span_of_a_longer_trace_moves_the_copies_in_step_with_it(tmp_path: Path) -> None:
+    """The ranks bench input: rank 1 repeated at rank 0's (longer) span, so collectives keep lining up."""
+    from .conftest import fixture
+
+    rank0, rank1 = fixture("pytorch/h200/ddp_rank0.pt.trace.json"), fixture("pytorch/h200/ddp_rank1.pt.trace.json")
+    mb = _make_big()
+    own, longer = mb.measure(rank1, *mb.events_span(rank1))[0], mb.measure(rank0, *mb.events_span(rank0))[0]
+    assert longer > own
+    out = tmp_path / "r1x2.json"
+    mb.make(rank1, out, 2, span_of=(rank0,))
+    events = json.loads(out.read_text())["traceEvents"]
+    n = len(json.loads(rank1.read_text())["traceEvents"])
+    first = min(e["ts"] for e in events[:n] if e.get("ts", 0) > 0)
+    second = min(e["ts"] for e in events[n:] if e.get("ts", 0) > 0)
+    assert round(second - first) == longer

@@ -15,9 +15,11 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.findings import Finding, evaluate
+from traceconv.analyses import ranks as R
+from traceconv.analyses.findings import Finding, evaluate, ordered
 from traceconv.analyses.measure import Scope, ScopeStats, measure, step_scope, window_scope
 from traceconv.analyses.prepare import as_source, prepare
+from traceconv.analyses.ranks.compare import RankChange, compare
 from traceconv.analyses.results import (
     Bound,
     CopyChange,
@@ -62,6 +64,7 @@ class Diff:
     before: Side
     after: Side
     notes: list[str]  # about either run: warm-up left out, different sources, ...
+    ranks: list[RankChange] | None = None  # two multi-rank runs, rank by rank
 
 
 def diff(
@@ -82,11 +85,13 @@ def diff(
             f"only {marked[0]} marks steps" if marked else "neither run marks steps"
         ) + "; comparing the whole profiled windows, not normalised"
         scopes = [window_scope(f) for f in frames]
+    per_rank = [R.analyse(s, step_pattern, thresholds) if R.several(s) else None for s in sources]
     sides = []
-    for source, f, scope in zip(sources, frames, scopes, strict=True):
+    for source, f, scope, pr in zip(sources, frames, scopes, per_rank, strict=True):
         assert scope is not None
         stats = measure(source, f, [scope], thresholds)[0][0]
-        sides.append(Side(stats, evaluate(stats, thresholds, f.program)))
+        found = evaluate(stats, thresholds, f.program)
+        sides.append(Side(stats, ordered(found + pr.findings) if pr is not None else found))
     notes = [
         f"{side}: {n}"
         for side, source, f in zip(("before", "after"), sources, frames, strict=True)
@@ -98,7 +103,11 @@ def diff(
             f"before is {frames[0].source} and after {frames[1].source}: their operators, ranges and kernel names "
             "are recorded differently, so compare the steps, GPU time, copies and syncs rather than names",
         )
-    return Diff("steps" if note is None else "window", note, sides[0], sides[1], notes)
+    ranks = None
+    if per_rank[0] is not None and per_rank[1] is not None:
+        ranks, pairing = compare(per_rank[0], per_rank[1])
+        notes += pairing
+    return Diff("steps" if note is None else "window", note, sides[0], sides[1], notes, ranks)
 
 
 @dataclass(frozen=True)
@@ -140,16 +149,24 @@ class DiffReport:
     after: SideReport
     delta: DeltaReport
     notes: list[str]
+    ranks: list[RankChange] | None = None  # two multi-rank runs, rank by rank (not in the JSON otherwise)
 
 
 def report(d: Diff, top: int = DEFAULT_TOP) -> DiffReport:
     b, a = side_report(d.before, top), side_report(d.after, top)
-    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top), d.notes)
+    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top), d.notes, d.ranks)
 
 
 def as_dict(d: Diff, top: int = DEFAULT_TOP) -> dict[str, Any]:
     """The JSON form of :func:`report`."""
-    out: dict[str, Any] = plain(report(d, top))
+    return report_dict(report(d, top))
+
+
+def report_dict(r: DiffReport) -> dict[str, Any]:
+    """A report's JSON form; ``ranks`` only when both runs have several ranks."""
+    out: dict[str, Any] = plain(r)
+    if r.ranks is None:
+        del out["ranks"]
     return out
 
 

@@ -99,6 +99,14 @@ def _make(code: str, value: float, threshold: float, message: str, below: bool =
     return Finding(code, max(severity, cap, key=SEVERITIES.index), message, round(value, 2), threshold)
 
 
+make = _make  # for the findings of other analyses (ranks)
+
+
+def ordered(found: Sequence[Finding]) -> list[Finding]:
+    """Findings most severe first, then by how far past the threshold."""
+    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -_ratio(f)))
+
+
 def _where(stats: ScopeStats) -> str:
     s = stats.scope
     return f"in {s.steps} steps" if s.name == "steps" else "in the profiled window"

@@ -17,10 +17,12 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import ops as O
+from traceconv.analyses import ranks as R
 from traceconv.analyses import syncs as Y
-from traceconv.analyses.findings import Finding, evaluate
+from traceconv.analyses.findings import Finding, evaluate, ordered
 from traceconv.analyses.measure import ScopeStats, measure, step_scope, window_scope
 from traceconv.analyses.prepare import Facts, as_source, prepare
+from traceconv.analyses.ranks.model import RankRow
 from traceconv.analyses.results import (
     Copies,
     DeviceTime,
@@ -52,6 +54,7 @@ class Summary:
     thresholds: Thresholds
     notes: list[str]  # what the reader of the figures should know (warm-up left out, ...)
     sort: str = "gpu_self_ns"  # the operator tables' order: a column
+    ranks: list[RankRow] | None = None  # a multi-rank input's ranks, one by one (None: one rank)
 
     @property
     def focus(self) -> ScopeStats:
@@ -99,17 +102,29 @@ def summarize(
     steps = _sorted_ops(stats[1], SORTS[sort]) if len(stats) > 1 else None
     focus = steps if steps is not None else window
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
+    per_rank = R.analyse(source, step_pattern, thresholds) if R.several(source) else None
+    found = evaluate(focus, thresholds, facts.program)
     return Summary(
         source=facts.source,
         window=window,
         steps=steps,
-        findings=evaluate(focus, thresholds, facts.program),
+        findings=ordered(found + per_rank.findings) if per_rank is not None else found,
         memory=Y.memory_peaks(source),
         shapes=O.input_dims(source, trees, names),
         thresholds=thresholds,
-        notes=facts_notes(source, facts, step_pattern),
+        notes=facts_notes(source, facts, step_pattern) + _rank_notes(per_rank),
         sort=SORTS[sort],
+        ranks=per_rank.ranks if per_rank is not None else None,
     )
+
+
+def _rank_notes(per_rank: R.RanksReport | None) -> list[str]:
+    if per_rank is None:
+        return []
+    return [
+        f"{len(per_rank.ranks)} ranks: the GPU lines are per rank; the steps are one thread's, and the operator, "
+        "kernel, copy and sync tables add up every rank (`traceconv ranks` compares the ranks)"
+    ]
 
 
 def _sorted_ops(stats: ScopeStats, column: str) -> ScopeStats:
@@ -156,6 +171,7 @@ class SummaryReport:
     thresholds: Thresholds
     notes: list[str]
     sort: str
+    ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
 def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
@@ -179,12 +195,20 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         thresholds=s.thresholds,
         notes=s.notes,
         sort=s.sort,
+        ranks=s.ranks,
     )
 
 
 def as_dict(s: Summary, top: int = DEFAULT_TOP) -> dict[str, Any]:
     """The JSON form of :func:`report`."""
-    out: dict[str, Any] = plain(report(s, top))
+    return report_dict(report(s, top))
+
+
+def report_dict(r: SummaryReport) -> dict[str, Any]:
+    """A report's JSON form; ``ranks`` only for an input of several ranks."""
+    out: dict[str, Any] = plain(r)
+    if r.ranks is None:
+        del out["ranks"]
     return out
 
 

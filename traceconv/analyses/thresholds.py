@@ -20,6 +20,9 @@ class Thresholds:
     QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
     LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
     TINY_KERNELS: float = 50.0  # % of launched kernels that run shorter than their own launch call
+    STRAGGLER: float = 10.0  # % a rank's compute time (per step when marked) is over the ranks' median
+    LOW_OVERLAP: float = 30.0  # % of communication time that runs beside compute, reported *below* this
+    COMM_BOUND: float = 20.0  # % of a rank's steps (window without steps) in communication with no compute
     gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound"
     min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
     min_cost_ms: float = 1.0  # copy/sync findings: their cost (ms) in the whole scope must reach this ...

@@ -31,6 +31,6 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-from traceconv.cli import analyse, convert, ops, perfetto, query  # noqa: E402, F401  (the commands register on main)
+from traceconv.cli import analyse, convert, ops, perfetto, query, ranks  # noqa: E402, F401  (the commands register on main)
 
 __all__ = ["main"]

@@ -113,7 +113,7 @@ def _analysis_options(func: F) -> F:
     return func
 
 
-def _table_width() -> int:
+def table_width() -> int:
     return min(shutil.get_terminal_size((100, 24)).columns, 160)
 
 
@@ -151,7 +151,7 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     limits = Thresholds.from_options(thresholds)
     with opened([trace]) as source:
         result = SM.summarize(source, limits, top, step_pattern or STEP_PATTERN, sort)
-    click.echo(summary_text(SM.report(result, top), fmt, trace.name, _table_width()), nl=False)
+    click.echo(summary_text(SM.report(result, top), fmt, trace.name, table_width()), nl=False)
 
 
 @main.command()
@@ -180,7 +180,7 @@ def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, .
     limits = Thresholds.from_options(thresholds)
     with opened([before]) as first, opened([after]) as second:
         result = D.diff(first, second, limits, step_pattern or STEP_PATTERN)
-    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, _table_width()), nl=False)
+    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, table_width()), nl=False)
 
 
 @contextlib.contextmanager

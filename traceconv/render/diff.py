@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from traceconv.analyses.diff import DiffReport
-from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare, plain
+from traceconv.analyses.diff import DiffReport, report_dict
+from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare
 from traceconv.names import kernel_label
+from traceconv.render.ranks import RANK_CHANGE_COLS, rank_change_rows
 from traceconv.render.summary import SHORT_LISTS, TABLE_WIDTH
 from traceconv.render.table import Col, Doc, json_document
 from traceconv.units import ms, signed, us
@@ -56,7 +57,7 @@ DELTA_SYNC_COLS = [
 def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TABLE_WIDTH) -> str:
     """The diff as a terminal table, Markdown or JSON; all figures per step (or per window, see the note)."""
     if fmt == "json":
-        return json_document(plain(d)) + "\n"
+        return json_document(report_dict(d)) + "\n"
     b, a, delta = d.before, d.after, d.delta
     doc = Doc(fmt == "markdown", width)
     unit = "step" if d.scope == "steps" else "window"
@@ -75,6 +76,9 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
         f"{b.bound.verdict} ({b.bound.gpu_busy_pct:.1f}% busy) -> {a.bound.verdict} ({a.bound.gpu_busy_pct:.1f}% busy)"
     )
     _findings(doc, delta.findings)
+    if d.ranks:
+        doc.heading(f"Ranks, per {d.ranks[0].per}")
+        doc.table(rank_change_rows(d.ranks), RANK_CHANGE_COLS)
     doc.heading(f"Copies per {unit}")
     doc.table(_copy_rows(b.memcpy, a.memcpy, delta.memcpy), DELTA_COPY_COLS)
     doc.heading(

@@ -16,10 +16,10 @@ from traceconv.analyses.results import (
     OpRow,
     StepFigures,
     SyncTally,
-    plain,
 )
-from traceconv.analyses.summary import SummaryReport
+from traceconv.analyses.summary import SummaryReport, report_dict
 from traceconv.names import kernel_label
+from traceconv.render.ranks import summary_rank_lines
 from traceconv.render.table import Col, Doc, json_document
 from traceconv.units import mb, ms, us
 
@@ -73,7 +73,7 @@ COPY_COLS = [
 def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDTH) -> str:
     """The summary as a terminal table (``table``), Markdown (``markdown``) or JSON (``json``)."""
     if fmt == "json":
-        return json_document(plain(r)) + "\n"
+        return json_document(report_dict(r)) + "\n"
     doc = Doc(fmt == "markdown", width)
     doc.title(f"{title} ({r.source})")
     for note in r.notes:
@@ -107,7 +107,10 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
     if s:
         span += f"; {s.count} steps {s.label}: median {ms(s.median_ns)} (min {ms(s.min_ns)}, max {ms(s.max_ns)})"
     doc.line(span)
-    for dev, g in r.gpu.items():
+    if r.ranks:  # several ranks: each on its own line, not merged into the devices of one trace
+        for text in summary_rank_lines(r.ranks):
+            doc.line(text)
+    for dev, g in ({} if r.ranks else r.gpu).items():
         pct = g.busy_ns * 100.0 / g.window_ns if g.window_ns else 0.0
         extra = ""
         if s and dev in s.gpu and s.gpu[dev].window_ns:
