@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import tempfile
-import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from traceconv.errors import ResourceError, UsageError
 
 # DuckDB's working memory: enough for the group-bys and the sorts of a large trace without
 # spilling much, small enough that an analysis stays flat as traces grow (bench/README.md).
-MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "192MB")
+MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "256MB")
 
 
 class Source:
@@ -39,13 +38,14 @@ class Source:
     def __init__(self, data: pa.Table | Sequence[Path], name: str = "") -> None:
         self.name = name
         self._closers: list[Callable[[], object]] = []
-        self.con = duckdb.connect(config={"threads": os.cpu_count() or 1})
+        # One working folder per Source (processes never share one): the database file that holds the
+        # tables analyses materialise (written out, so that its pages can leave memory) and DuckDB's
+        # spill files; removed on close or, for a Source nobody closed, when it is collected or Python exits.
+        work = tempfile.mkdtemp(prefix="traceconv-duckdb-")
+        self.on_close(weakref.finalize(self, shutil.rmtree, work, True))
+        self.con = duckdb.connect(os.path.join(work, "work.duckdb"), config={"threads": os.cpu_count() or 1})
         self.run(f"SET memory_limit = '{MEMORY_LIMIT}'")
-        # One spill folder per Source (processes never share one), made by DuckDB only if it spills,
-        # removed on close or, for a Source nobody closed, when it is collected or Python exits.
-        spill = os.path.join(tempfile.gettempdir(), f"traceconv-duckdb-{uuid.uuid4().hex}")
-        self.on_close(weakref.finalize(self, shutil.rmtree, spill, True))
-        self.run(f"SET temp_directory = '{_quoted(spill)}'")
+        self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
         # Sums of int64 are HUGEINT in DuckDB: back to int64 nanoseconds and bytes.
         self.run("CREATE MACRO total(x) AS CAST(coalesce(sum(x), 0) AS BIGINT)")
@@ -101,8 +101,8 @@ class Source:
             yield from reader
 
     def table(self, name: str, sql: str, params: Sequence[Any] | None = None) -> None:
-        """Materialise a query as a temporary table (DuckDB keeps it in its buffer pool, spilling if needed)."""
-        self.run(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
+        """Materialise a query as a table of the Source's own database file (its pages leave memory when needed)."""
+        self.run(f"CREATE OR REPLACE TABLE {name} AS {sql}", params)
 
     def within(self, name: str, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> None:
         """The SQL function ``name(t)``: whether the time ``t`` lies in one of the sorted, disjoint
