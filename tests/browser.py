@@ -42,6 +42,7 @@ class PageRun:
     console: list[tuple[str, str]] = field(default_factory=list)  # (level, text)
     exceptions: list[str] = field(default_factory=list)
     value: Any = None
+    probed: Any = None
     elapsed_s: float = 0.0
     screenshot: bytes = b""
 
@@ -109,8 +110,11 @@ class Browser:
         message: dict[str, Any] = json.loads(raw)
         return message
 
-    def open(self, path: Path, ready: str, timeout_s: float = 30.0, screenshot: bool = True) -> PageRun:
-        """Load ``path``, poll the JavaScript expression ``ready`` until it is truthy (or ``timeout_s``)."""
+    def open(
+        self, path: Path, ready: str, timeout_s: float = 30.0, screenshot: bool = True, probe: str | None = None
+    ) -> PageRun:
+        """Load ``path``, poll the JavaScript expression ``ready`` until it is truthy (or ``timeout_s``),
+        take the screenshot, then evaluate ``probe`` (clicks, reads of the page) into ``probed``."""
         run = PageRun(url=path.resolve().as_uri())
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -128,6 +132,8 @@ class Browser:
         if screenshot:
             shot = self.send("Page.captureScreenshot", {"format": "png"}, session)
             run.screenshot = base64.b64decode(shot["data"])
+        if probe:
+            run.probed = self._evaluate(probe, session)
         self._collect(run, session)
         self.send("Target.closeTarget", {"targetId": target})
         return run
