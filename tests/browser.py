@@ -44,7 +44,8 @@ class PageRun:
     value: Any = None
     probed: Any = None
     elapsed_s: float = 0.0
-    screenshot: bytes = b""
+    screenshot: bytes = b""  # the first screen
+    full_page: bytes = b""  # the whole page, when asked for
 
     @property
     def errors(self) -> list[str]:
@@ -111,7 +112,13 @@ class Browser:
         return message
 
     def open(
-        self, path: Path, ready: str, timeout_s: float = 30.0, screenshot: bool = True, probe: str | None = None
+        self,
+        path: Path,
+        ready: str,
+        timeout_s: float = 30.0,
+        screenshot: bool = True,
+        probe: str | None = None,
+        full_page: bool = False,
     ) -> PageRun:
         """Load ``path``, poll the JavaScript expression ``ready`` until it is truthy (or ``timeout_s``),
         take the screenshot, then evaluate ``probe`` (clicks, reads of the page) into ``probed``."""
@@ -132,6 +139,13 @@ class Browser:
         if screenshot:
             shot = self.send("Page.captureScreenshot", {"format": "png"}, session)
             run.screenshot = base64.b64decode(shot["data"])
+        if full_page:
+            size = self.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
+            clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1}
+            shot = self.send(
+                "Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}, session
+            )
+            run.full_page = base64.b64decode(shot["data"])
         if probe:
             run.probed = self._evaluate(probe, session)
         self._collect(run, session)

@@ -68,6 +68,8 @@ def _check(run: PageRun, name: str, at_least: int) -> None:
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTEFACTS / f"{name}.png"
     shot.write_bytes(run.screenshot)
+    if run.full_page:
+        shot.with_suffix(".full.png").write_bytes(run.full_page)
     assert run.screenshot.startswith(b"\x89PNG") and len(run.screenshot) > 10_000
 
 
@@ -84,7 +86,7 @@ def test_report_opens_offline_and_draws_every_chart(browser: Browser, tmp_path: 
     rels, at_least = CASES[name]
     inputs = [fixture(r) for r in rels]
     out = _report(tmp_path / f"{name}.html", *inputs, *(["--together"] if len(inputs) == 2 else []))
-    run = browser.open(out, READY, probe=SORT)
+    run = browser.open(out, READY, probe=SORT, full_page=True)
     _check(run, name, at_least)
     assert run.probed is not None, "no kernels table"
     assert run.probed["up"] == sorted(run.probed["up"]) and run.probed["down"] == sorted(run.probed["up"])[::-1]
@@ -93,7 +95,7 @@ def test_report_opens_offline_and_draws_every_chart(browser: Browser, tmp_path: 
 
 def test_diff_report_opens_and_draws_every_chart(browser: Browser, tmp_path: Path) -> None:
     out = _report(tmp_path / "diff.html", fixture("nsys/h200/buggy.sqlite"), fixture("nsys/h200/fixed.sqlite"))
-    run = browser.open(out, READY)
+    run = browser.open(out, READY, full_page=True)
     _check(run, "diff-buggy-fixed", 13)
 
 
@@ -102,6 +104,6 @@ def test_fresh_h200_exports_with_gpu_metrics(browser: Browser, tmp_path: Path, s
     export = GPU_DATA / f"{stem}.sqlite"
     if not export.exists():
         pytest.skip(f"{export} is not on this machine (the fresh H200 data of /work/gpu-data)")
-    run = browser.open(_report(tmp_path / f"{stem}.html", export), READY)
+    run = browser.open(_report(tmp_path / f"{stem}.html", export), READY, full_page=True)
     _check(run, f"gpu-data-{stem}", 7)
     assert "SMs Active" in (tmp_path / f"{stem}.html").read_text(encoding="utf-8")

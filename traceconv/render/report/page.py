@@ -29,7 +29,7 @@ table{border-collapse:collapse;font-size:13px;margin:6px 0 12px}
 th,td{border-bottom:1px solid #eee;padding:3px 10px;text-align:right;white-space:nowrap}
 th{background:#f3f5f7;cursor:pointer;user-select:none;position:sticky;top:0}
 th.sorted-asc::after{content:" ▲"}th.sorted-desc::after{content:" ▼"}
-td.text,th.text{text-align:left;white-space:normal;max-width:640px;word-break:break-word}
+td.text,th.text{text-align:left;white-space:normal;min-width:70px;max-width:640px;word-break:break-word}
 .sev-high{color:#b00020;font-weight:600}.sev-medium{color:#b35c00;font-weight:600}.sev-low{color:#555}
 .kpis{display:flex;flex-wrap:wrap;gap:10px}.kpi{border:1px solid #e3e3e3;border-radius:6px;padding:6px 12px}
 .kpi b{display:block;font-size:18px}.notes li{color:#555}nav a{margin-right:12px;color:#1f5fa8}
