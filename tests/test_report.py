@@ -47,6 +47,24 @@ def test_breakdown_adds_up_and_busy_time_equals_the_summary_sweep(rel: str) -> N
                 assert min(b.compute_ns, b.communication_ns, b.copies_ns, b.idle_ns) >= 0
 
 
+@pytest.mark.parametrize("rel", [PYTORCH, NSYS])
+def test_steps_one_by_one_add_up_to_the_steps(rel: str) -> None:
+    with open_source([fixture(rel)]) as src:
+        s = SM.summarize(src)
+        assert s.steps is not None
+        scope = s.steps.scope
+        whole = T.breakdown(src, scope.start_ns, scope.end_ns, scope.steps)
+        each = T.step_breakdown(src, scope.start_ns, scope.end_ns)
+    assert len(each) == len(whole) * scope.steps
+    assert sorted({b.step for b in each}) == list(range(scope.steps))
+    for w in whole:
+        mine = [b for b in each if b.label == w.label]
+        for field in ("compute_ns", "communication_ns", "copies_ns", "idle_ns", "window_ns"):
+            assert sum(getattr(b, field) for b in mine) == getattr(w, field), field
+        order = np.argsort(scope.start_ns, kind="stable")
+        assert [b.window_ns for b in mine] == [int(scope.end_ns[k] - scope.start_ns[k]) for k in order]
+
+
 def test_collectives_are_communication_per_rank() -> None:
     with open_source([fixture(r) for r in RANKS]) as src:
         lo, hi = _window(src)

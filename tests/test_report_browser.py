@@ -77,6 +77,7 @@ CASES = {
     "pytorch": (("pytorch/h200/train_buggy.pt.trace.json.gz",), 8),  # incl. copies and memory
     "nsys": (("nsys/h200/buggy.sqlite",), 6),
     "nsys-metrics": (("nsys/h200-metrics/sm_after.sqlite",), 7),  # incl. SM activity
+    "nsys-memory": (("nsys/h200/memusage.sqlite",), 8),  # CUDA_GPU_MEMORY_USAGE_EVENTS: memory over time
     "ranks": (("pytorch/h200/ddp_rank0.pt.trace.json", "pytorch/h200/ddp_rank1.pt.trace.json"), 6),
 }
 

@@ -31,6 +31,7 @@ COLLECTIVE = "regexp_matches(lower(coalesce(name, '')), '^(void )?(nccl|rccl)')"
 LANE = "coalesce(rank, -1) AS rank, coalesce(CAST(device AS VARCHAR), 'unknown') AS dev"
 GPU_WORK = "kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
 BUCKETS = 400
+MAX_STEPS = 500  # steps shown one by one
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Breakdown:
     idle_ns: int
     window_ns: int
     steps: int  # how many steps the scope holds (1 for a window without steps)
+    step: int | None = None  # which step (from 0), for one step's breakdown
 
 
 @dataclass(frozen=True)
@@ -128,29 +130,48 @@ def _merged(*parts: tuple[I.I64, I.I64]) -> tuple[I.I64, I.I64]:
 
 def breakdown(source: Source, window_start: I.I64, window_end: I.I64, steps: int = 1) -> list[Breakdown]:
     """Each lane's time inside the windows by class, exclusive (see the module)."""
-    ws, we = I.union(window_start, window_end)
-    total = int((we - ws).sum())
+    return [b for per_lane in _by_lane(source, [I.union(window_start, window_end)], steps, False) for b in per_lane]
+
+
+def step_breakdown(source: Source, step_start: I.I64, step_end: I.I64, most: int = MAX_STEPS) -> list[Breakdown]:
+    """Each lane's breakdown in each step (the first ``most`` steps), ``step`` numbering them from 0."""
+    order = np.argsort(step_start, kind="stable")[:most]
+    windows = [(step_start[k : k + 1], step_end[k : k + 1]) for k in order]
+    return [b for per_lane in _by_lane(source, windows, 1, True) for b in per_lane]
+
+
+def _by_lane(
+    source: Source, windows: Sequence[tuple[I.I64, I.I64]], steps: int, numbered: bool
+) -> list[list[Breakdown]]:
+    """For each lane, its breakdown in each of ``windows`` (sorted, disjoint segments each)."""
     found = lanes(source)
     several = len({rank for rank, _ in found}) > 1
     out = []
     for rank, dev in found:
         u = _lane_rows(source, rank, dev)
-        compute = _inside(u["compute"], ws, we)
-        with_comm = _inside(_merged(u["compute"], u["communication"]), ws, we)
-        busy = _inside(_merged(u["compute"], u["communication"], u["copies"]), ws, we)
-        out.append(
-            Breakdown(
-                label=lane_label(rank, dev, several),
-                rank=rank if rank >= 0 else None,
-                device=dev,
-                compute_ns=compute,
-                communication_ns=with_comm - compute,
-                copies_ns=busy - with_comm,
-                idle_ns=total - busy,
-                window_ns=total,
-                steps=steps,
+        compute = u["compute"]
+        with_comm = _merged(compute, u["communication"])
+        busy = _merged(with_comm, u["copies"])
+        parts = []
+        for k, (ws, we) in enumerate(windows):
+            c, cc, b = (_inside(x, ws, we) for x in (compute, with_comm, busy))
+            total = int((we - ws).sum())
+            label = lane_label(rank, dev, several)
+            parts.append(
+                Breakdown(
+                    label,
+                    rank if rank >= 0 else None,
+                    dev,
+                    c,
+                    cc - c,
+                    b - cc,
+                    total - b,
+                    total,
+                    steps,
+                    k if numbered else None,
+                )
             )
-        )
+        out.append(parts)
     return out
 
 

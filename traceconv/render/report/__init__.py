@@ -54,6 +54,7 @@ def figures(source: Source, name: str, opts: Options) -> RunFigures:
         summary=SM.report(s, opts.top),
         scope=scope.name,
         breakdown=T.breakdown(source, scope.start_ns, scope.end_ns, scope.steps),
+        steps=T.step_breakdown(source, scope.start_ns, scope.end_ns) if scope.name == "steps" else [],
         timeline=T.series(source, (int(window.start_ns[0]), int(window.end_ns[0]))),
         histograms=T.histograms(source),
     )

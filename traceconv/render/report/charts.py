@@ -66,6 +66,41 @@ def breakdown(parts: list[Breakdown], scope: str) -> Spec | None:
     )
 
 
+def steps(parts: list[Breakdown]) -> Spec | None:
+    """Stacked bars, one per step (and GPU, side by side): each step's time by class."""
+    if not parts:
+        return None
+    several = len({b.label for b in parts}) > 1
+    rows = []
+    for b in parts:
+        values = {"compute": b.compute_ns, "communication": b.communication_ns, "copies": b.copies_ns}
+        for cls in (*CLASSES, "idle"):
+            ns = values.get(cls, b.idle_ns)
+            rows.append({"step": b.step, "lane": b.label, "part": cls, "ms": round(ns / 1e6, 4)})
+    encoding: dict[str, Any] = {
+        "x": {
+            "field": "step",
+            "type": "ordinal",
+            "title": "step (in time order, warm-up left out)",
+            "axis": {"labelAngle": 0},
+        },
+        "y": _q("ms", "ms", stack="zero"),
+        "color": _n("part", "", scale={"domain": list(COLOURS), "range": list(COLOURS.values())}),
+        "order": {"field": "order"},
+        "tooltip": [_n("lane", "GPU"), {"field": "step", "type": "ordinal"}, _n("part", ""), _q("ms", "ms")],
+    }
+    if several:
+        encoding["xOffset"] = _n("lane", "GPU")
+    return _chart(
+        "Each step by what the GPU did" + (" (the GPUs side by side)" if several else ""),
+        rows,
+        height=220,
+        mark={"type": "bar", "tooltip": True},
+        encoding=encoding,
+        transform=[{"calculate": f"indexof({list(COLOURS)}, datum.part)", "as": "order"}],
+    )
+
+
 def _over_time(title: str, t: Timeline, lines: list[Series], y_title: str, colour: str) -> Spec | None:
     if not lines:
         return None

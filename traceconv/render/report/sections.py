@@ -21,6 +21,7 @@ class RunFigures:
     summary: SummaryReport
     scope: str  # what the breakdown covers: "steps" or "window"
     breakdown: list[Breakdown]
+    steps: list[Breakdown]  # one per lane and step; empty without steps
     timeline: Timeline
     histograms: list[Histogram]
 
@@ -36,6 +37,7 @@ def run_sections(page: Page, run: RunFigures, prefix: str = "") -> None:
         f"{tag}Where the GPU time goes",
         page.chart(C.breakdown(run.breakdown, run.scope), "no GPU work in this input"),
         _breakdown_table(run.breakdown, run.scope),
+        page.chart(C.steps(run.steps), "the input marks no steps (ProfilerStep#N, NVTX step_N ...)"),
         page.chart(C.utilisation(run.timeline), "no GPU work in this input"),
         page.chart(C.metrics(run.timeline), "no GPU metrics in this input (nsys profile --gpu-metrics-devices=...)"),
     )
