@@ -115,7 +115,7 @@ def _over_time(title: str, t: Timeline, lines: list[Series], y_title: str, colou
         encoding={
             "x": _q("t", f"time since the first event (ms; {bucket})"),
             "y": _q("v", y_title),
-            "color": _n(colour, ""),
+            "color": _n(colour, "", legend={"labelLimit": 360}),
             "tooltip": [_n(colour, ""), _q("t", "ms", format=".3f"), _q("v", y_title, format=".2f")],
         },
     )

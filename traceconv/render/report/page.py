@@ -22,7 +22,7 @@ STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
 header{background:#1f2d3d;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
 header p{margin:4px 0 0;color:#c9d3dd}main{padding:8px 24px 40px;max-width:1400px}
-section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;margin:16px 0;padding:12px 16px}
+section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;margin:16px 0;padding:12px 16px;overflow-x:auto}
 h2{font-size:17px;margin:4px 0 10px}h3{font-size:15px;margin:14px 0 6px}
 .chart{width:100%;min-height:60px;margin:6px 0 14px}.empty{color:#777;font-style:italic}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 12px}
