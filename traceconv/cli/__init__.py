@@ -1,9 +1,9 @@
 """The command line: thin click commands over the public API. Only this package prints.
 
 ``main`` is the group; each command module registers itself on it (``convert``: ingest and
-nsys; ``analyse``: kernels, summary, diff; ``query``: sql). A command parses its arguments, makes one call
-into the library and prints what it returns; the library's errors become one line on stderr
-(:func:`errors.handle_errors`).
+nsys; ``analyse``: kernels, summary, diff; ``query``: sql; ``report``: report). A command parses
+its arguments, makes one call into the library and prints what it returns; the library's errors
+become one line on stderr (:func:`errors.handle_errors`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,6 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-from traceconv.cli import analyse, convert, ops, perfetto, query, ranks  # noqa: E402, F401  (the commands register on main)
+from traceconv.cli import analyse, convert, ops, perfetto, query, ranks, report  # noqa: E402, F401
 
 __all__ = ["main"]

@@ -1,0 +1,253 @@
+"""The report's charts as Vega-Lite specifications: plain JSON, data inline (already aggregated).
+
+Every chart has a title, axis titles with their units and tooltips. Each function returns None
+when the input has nothing to draw (no copies, no allocator events, no GPU metrics ...), and the
+page then says so instead of showing an empty chart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceconv.analyses.results import KernelRow, OpRow
+from traceconv.analyses.timeline import CLASSES, Breakdown, Histogram, Series, Timeline
+from traceconv.names import kernel_label, shorten
+
+Spec = dict[str, Any]
+COLOURS = {"compute": "#4c78a8", "communication": "#f58518", "copies": "#54a24b", "idle": "#bab0ac"}
+NAME_WIDTH = 70
+
+
+def _chart(title: str, data: list[dict[str, Any]], **spec: Any) -> Spec:
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v6.json",
+        "title": {"text": title, "anchor": "start"},
+        "width": "container",
+        "autosize": {"type": "fit-x", "contains": "padding"},
+        "data": {"values": data},
+        **spec,
+    }
+
+
+def _q(field: str, title: str, **more: Any) -> dict[str, Any]:
+    return {"field": field, "type": "quantitative", "title": title, **more}
+
+
+def _n(field: str, title: str, **more: Any) -> dict[str, Any]:
+    return {"field": field, "type": "nominal", "title": title, **more}
+
+
+def breakdown(parts: list[Breakdown], scope: str) -> Spec | None:
+    """Stacked bars, one per lane: compute, communication, copies and idle in ms per step."""
+    if not parts:
+        return None
+    rows = []
+    for b in parts:
+        per = max(b.steps, 1)
+        values = {"compute": b.compute_ns, "communication": b.communication_ns, "copies": b.copies_ns}
+        for cls in (*CLASSES, "idle"):
+            ns = values.get(cls, b.idle_ns)
+            pct = ns * 100.0 / b.window_ns if b.window_ns else 0.0
+            rows.append({"lane": b.label, "part": cls, "ms": round(ns / per / 1e6, 4), "pct": round(pct, 1)})
+    unit = "ms per step" if scope == "steps" else "ms in the profiled window"
+    return _chart(
+        f"Step time by what the GPU did ({unit})",
+        rows,
+        height=30 * len(parts),
+        mark={"type": "bar", "tooltip": True},
+        encoding={
+            "y": _n("lane", "GPU"),
+            "x": _q("ms", unit, stack="zero"),
+            "color": _n("part", "", scale={"domain": list(COLOURS), "range": list(COLOURS.values())}),
+            "order": {"field": "order"},
+            "tooltip": [_n("lane", "GPU"), _n("part", "part"), _q("ms", unit), _q("pct", "% of the time")],
+        },
+        transform=[{"calculate": f"indexof({list(COLOURS)}, datum.part)", "as": "order"}],
+    )
+
+
+def steps(parts: list[Breakdown]) -> Spec | None:
+    """Stacked bars, one per step (and GPU, side by side): each step's time by class."""
+    if not parts:
+        return None
+    several = len({b.label for b in parts}) > 1
+    rows = []
+    for b in parts:
+        values = {"compute": b.compute_ns, "communication": b.communication_ns, "copies": b.copies_ns}
+        for cls in (*CLASSES, "idle"):
+            ns = values.get(cls, b.idle_ns)
+            rows.append({"step": b.step, "lane": b.label, "part": cls, "ms": round(ns / 1e6, 4)})
+    encoding: dict[str, Any] = {
+        "x": {
+            "field": "step",
+            "type": "ordinal",
+            "title": "step (in time order, warm-up left out)",
+            "axis": {"labelAngle": 0},
+        },
+        "y": _q("ms", "ms", stack="zero"),
+        "color": _n("part", "", scale={"domain": list(COLOURS), "range": list(COLOURS.values())}),
+        "order": {"field": "order"},
+        "tooltip": [_n("lane", "GPU"), {"field": "step", "type": "ordinal"}, _n("part", ""), _q("ms", "ms")],
+    }
+    if several:
+        encoding["xOffset"] = _n("lane", "GPU")
+    return _chart(
+        "Each step by what the GPU did" + (" (the GPUs side by side)" if several else ""),
+        rows,
+        height=220,
+        mark={"type": "bar", "tooltip": True},
+        encoding=encoding,
+        transform=[{"calculate": f"indexof({list(COLOURS)}, datum.part)", "as": "order"}],
+    )
+
+
+def _over_time(title: str, t: Timeline, lines: list[Series], y_title: str, colour: str) -> Spec | None:
+    if not lines:
+        return None
+    xs = t.x_ms
+    rows = [{"t": x, "v": v, colour: s.name} for s in lines for x, v in zip(xs, s.y, strict=True) if v is not None]
+    bucket = f"{t.bucket_ns / 1e6:.3g} ms buckets"
+    return _chart(
+        title,
+        rows,
+        height=220,
+        mark={"type": "line", "tooltip": True, "interpolate": "step-after", "strokeWidth": 1.2},
+        encoding={
+            "x": _q("t", f"time since the first event (ms; {bucket})"),
+            "y": _q("v", y_title),
+            "color": _n(colour, "", legend={"labelLimit": 360}),
+            "tooltip": [_n(colour, ""), _q("t", "ms", format=".3f"), _q("v", y_title, format=".2f")],
+        },
+    )
+
+
+def utilisation(t: Timeline) -> Spec | None:
+    return _over_time("GPU utilisation over time (busy share of each bucket)", t, t.utilisation, "busy (%)", "GPU")
+
+
+def copies(t: Timeline) -> Spec | None:
+    return _over_time("Copies over time by direction", t, t.copies, "throughput (GB/s)", "direction")
+
+
+def metrics(t: Timeline) -> Spec | None:
+    return _over_time("SM activity and other GPU metrics (Nsight Systems samples)", t, t.metrics, "%", "metric")
+
+
+def memory(t: Timeline) -> Spec | None:
+    """The allocator's totals over time, with each device's peak marked."""
+    spec = _over_time("Memory over time (allocator totals)", t, t.memory, "MiB", "series")
+    if spec is None:
+        return None
+    peaks = [
+        {"t": round(p.at_ns / 1e6, 6), "v": round(p.allocated_bytes / 2**20, 2), "peak": f"{p.device} peak"}
+        for p in t.peaks
+    ]
+    line = {k: spec.pop(k) for k in ("mark", "encoding")}
+    marker = {
+        "data": {"values": peaks},
+        "mark": {"type": "point", "shape": "triangle-down", "size": 120, "filled": True, "color": "#e45756"},
+        "encoding": {
+            "x": {"field": "t", "type": "quantitative"},
+            "y": {"field": "v", "type": "quantitative"},
+            "tooltip": [_n("peak", ""), _q("v", "MiB", format=".1f"), _q("t", "ms", format=".3f")],
+        },
+    }
+    spec["layer"] = [line, marker]
+    return spec
+
+
+def _bars(title: str, rows: list[dict[str, Any]], x_title: str, kinds: dict[str, str]) -> Spec | None:
+    if not rows:
+        return None
+    return _chart(
+        title,
+        rows,
+        height=24 * len(rows),
+        transform=[{"fold": list(kinds), "as": ["measure", "ms"]}],
+        mark={"type": "bar", "tooltip": True},
+        encoding={
+            "y": _n("name", "", sort={"field": "order"}, axis={"labelLimit": 420}),
+            "yOffset": _n("measure", ""),
+            "x": _q("ms", x_title),
+            "color": _n("measure", "", scale={"domain": list(kinds), "range": list(kinds.values())}),
+            "tooltip": [_n("full", "name"), _n("measure", ""), _q("ms", x_title, format=".3f")],
+        },
+    )
+
+
+def top_ops(ops: list[OpRow], per: int) -> Spec | None:
+    rows = [
+        {
+            "name": shorten(o.name, NAME_WIDTH),
+            "full": o.name,
+            "order": k,
+            "self": round(o.gpu_self_ns / per / 1e6, 4),
+            "total": round(o.gpu_total_ns / per / 1e6, 4),
+        }
+        for k, o in enumerate(ops)
+    ]
+    return _bars(
+        "Top operators by GPU time (self: launched by the op itself; total: anywhere inside it)",
+        rows,
+        "GPU time (ms)",
+        {"self": "#4c78a8", "total": "#9ecae9"},
+    )
+
+
+def top_kernels(kernels: list[KernelRow], per: int) -> Spec | None:
+    rows = [
+        {
+            "name": shorten(kernel_label(k.name), NAME_WIDTH),
+            "full": k.name,
+            "order": i,
+            "execution": round(k.dur_ns / per / 1e6, 4),
+            "queue": round(k.queue_ns / per / 1e6, 4),
+        }
+        for i, k in enumerate(kernels)
+    ]
+    return _bars(
+        "Top kernels: execution time, and time spent queued after the launch call returned",
+        rows,
+        "summed time (ms)",
+        {"execution": "#4c78a8", "queue": "#f58518"},
+    )
+
+
+def histogram(h: Histogram) -> Spec | None:
+    if not h.counts:
+        return None
+    rows = [
+        {"lo": lo, "hi": round(lo * 10**0.1, 1), "n": n, "us": round(lo / 1e3, 3)}
+        for lo, n in zip(h.lo_ns, h.counts, strict=True)
+    ]
+    return _chart(
+        f"Kernel {h.name} times (count per tenth of a decade)",
+        rows,
+        height=200,
+        mark={"type": "rect", "tooltip": True, "color": "#4c78a8" if h.name == "execution" else "#f58518"},
+        encoding={
+            "x": _q("lo", f"{h.name} time (ns, log scale)", scale={"type": "log"}),
+            "x2": {"field": "hi"},
+            "y": _q("n", "kernels"),
+            "y2": {"datum": 0},
+            "tooltip": [_q("lo", "from ns"), _q("hi", "to ns"), _q("n", "kernels")],
+        },
+    )
+
+
+def diff_kernels(rows: list[dict[str, Any]], scope: str) -> Spec | None:
+    """Before and after, per kernel (per step when both runs mark steps)."""
+    data = [
+        {
+            "name": shorten(kernel_label(str(r["name"])), NAME_WIDTH),
+            "full": str(r["name"]),
+            "order": i,
+            "before": round(float(r["before"]["dur_ns"]) / 1e6, 4),
+            "after": round(float(r["after"]["dur_ns"]) / 1e6, 4),
+        }
+        for i, r in enumerate(rows)
+    ]
+    unit = "ms per step" if scope == "steps" else "ms"
+    return _bars(
+        "Kernels before and after (biggest change first)", data, unit, {"before": "#bab0ac", "after": "#4c78a8"}
+    )
