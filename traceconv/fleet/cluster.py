@@ -47,7 +47,7 @@ def client(address: str) -> Iterator[Any]:
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
-                silence_logs=logging.ERROR,  # its start and stop are not the user's news
+                silence_logs=logging.CRITICAL,  # its start and stop (heartbeats cut short) are not news
             )
             stack.enter_context(cluster)
             target: Any = cluster
