@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 $(DEVSTAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,dask,spark]'
 	$(BIN)/pip install -q torch==2.13.0 || echo "torch not installed: torch tests will be skipped"
 	touch $@
 

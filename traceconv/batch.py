@@ -56,7 +56,7 @@ def _serve(conn: Any, jobs: Sequence[Job], fmt: str | None, options: dict[str, A
     for job in jobs:
         started = time.monotonic()
         try:
-            result = convert(job.source, job.output, fmt=fmt, **options)
+            result = convert(job.source, job.output, fmt=fmt, partitioned=job.partitioned, **options)
         except Exception as exc:  # the main process raises it, in the order of the inputs
             conn.send(("error", _portable(exc)))
             return

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceconv.dataset import existing_part
 from traceconv.errors import InputError, UsageError
 from traceconv.readers.base import trace_stem
 
@@ -22,8 +23,12 @@ TRACE_PATTERNS = ("*.json", "*.json.gz", "*.json.tmp", "*.sqlite", "*.nsys-rep",
 
 @dataclass(frozen=True)
 class Job:
+    """``output``: the file written, or for a part of a partitioned dataset its name in the
+    dataset's folder (``OUT/<trace>.parquet``, written to ``OUT/rank=R/``: :mod:`traceconv.dataset`)."""
+
     source: Path
     output: Path
+    partitioned: bool = False
 
 
 def expand(path: Path, patterns: Sequence[str]) -> list[Path]:
@@ -43,21 +48,26 @@ def _inside(child: Path, folder: Path) -> Path:
 
 
 def plan_jobs(
-    inputs: Sequence[Path], output: Path | None, patterns: Sequence[str] = TRACE_PATTERNS, force: bool = False
+    inputs: Sequence[Path],
+    output: Path | None,
+    patterns: Sequence[str] = TRACE_PATTERNS,
+    force: bool = False,
+    partitioned: bool = False,
 ) -> list[Job]:
     """Default: ``trace.json`` -> ``trace.parquet`` beside it; a directory ``run/`` -> ``run.parquet/``.
 
+    ``partitioned``: the traces that go to a directory make a hive-partitioned dataset there.
     Raises :class:`UsageError` for an output that would replace an input, one that exists and
     is not a traceconv output, or one not named ``.parquet`` (the last two unless ``force``).
     """
-    jobs = _jobs(inputs, output, patterns)
+    jobs = _jobs(inputs, output, patterns, partitioned)
     sources = [job.source for job in jobs]
     for job in jobs:
-        check_output(job.output, sources, force)
+        check_output((job.partitioned and existing_part(job.output)) or job.output, sources, force)
     return jobs
 
 
-def _jobs(inputs: Sequence[Path], output: Path | None, patterns: Sequence[str]) -> list[Job]:
+def _jobs(inputs: Sequence[Path], output: Path | None, patterns: Sequence[str], partitioned: bool) -> list[Job]:
     jobs: list[Job] = []
     several = len(inputs) > 1
     for src in inputs:
@@ -85,9 +95,9 @@ def _jobs(inputs: Sequence[Path], output: Path | None, patterns: Sequence[str]) 
                     f"is a file, and the directory {src} becomes a directory of Parquet files, one per trace",
                     "give -o a directory (it is made if needed)",
                 )
-            jobs += [Job(f, _inside(folder / (trace_stem(f) + ".parquet"), folder)) for f in files]
+            jobs += [Job(f, _inside(folder / (trace_stem(f) + ".parquet"), folder), partitioned) for f in files]
         elif output is not None and (several or output.is_dir() or str(output).endswith(("/", "\\"))):
-            jobs.append(Job(src, _inside(output / (trace_stem(src) + ".parquet"), output)))
+            jobs.append(Job(src, _inside(output / (trace_stem(src) + ".parquet"), output), partitioned))
         elif output is not None:
             jobs.append(Job(src, output))
         else:

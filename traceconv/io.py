@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import socket
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv import dataset
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UnsupportedFormatError, UsageError
@@ -127,11 +129,16 @@ def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     }
 
 
-def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> WriteResult:
-    """Write to a temporary name beside ``out`` and rename on success: never a half-written file."""
+def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitioned: bool = False) -> WriteResult:
+    """Write to a temporary name beside ``out`` and rename on success: never a half-written file.
+
+    ``partitioned``: ``out`` names a part of a dataset (``OUT/<trace>.parquet``), renamed into
+    the partition of the trace's rank (:mod:`traceconv.dataset`) once complete.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    # The host too: writers on several machines may share the output folder (a cluster's run).
+    tmp = out.with_name(f".{out.name}.{socket.gethostname()}-{os.getpid()}.tmp")
     result = WriteResult(path=out)
     try:
         # Dictionary pages only where the schema says dictionary: the args JSON never
@@ -163,7 +170,10 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
                 writer.add_key_value_metadata(_metadata(reader, result))
             finally:
                 writer.close()
-        os.replace(tmp, out)
+        if partitioned:
+            result.path = dataset.place(tmp, out, reader.info.rank)
+        else:
+            os.replace(tmp, out)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         # Stop the reader now, not when its generator is collected: its temporary files go
@@ -209,14 +219,23 @@ def _no_space(exc: OSError) -> bool:
 
 
 def convert(
-    path: Path, out: Path, fmt: str | None = None, progress: Progress | None = None, **options: Any
+    path: Path,
+    out: Path,
+    fmt: str | None = None,
+    progress: Progress | None = None,
+    partitioned: bool = False,
+    **options: Any,
 ) -> WriteResult:
-    """Convert one input file (any supported format) to one unified Parquet file (never onto the input)."""
+    """Convert one input file (any supported format) to one unified Parquet file (never onto the input).
+
+    ``partitioned``: ``out`` (``OUT/<trace>.parquet``) is a part of a dataset, which goes to
+    ``OUT/rank=R/<trace>.parquet`` (:mod:`traceconv.dataset`).
+    """
     from traceconv.ingest import check_output
 
     check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
-    return write_tables(reader, reader.tables(), out)
+    return write_tables(reader, reader.tables(), out, partitioned=partitioned)
 
 
 def read(path: Path, fmt: str | None = None, **options: Any) -> pa.Table:
@@ -283,6 +302,11 @@ def check_version(path: Path) -> dict[bytes, bytes]:
 
 def _files(path: Path) -> list[Path]:
     path = Path(path)
+    if dataset.is_partitioned(path):
+        files = dataset.parts(path)
+        if not files:
+            raise InputError(path, "is a partitioned dataset without parts", "convert the traces into it first")
+        return files
     if path.is_dir():
         files = sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
         if not files:
@@ -308,16 +332,55 @@ def is_parquet(path: Path) -> bool:
 
 
 def parquet_files(path: Path) -> list[Path]:
-    """The files of a traceconv Parquet file or dataset directory, each checked for its schema version."""
+    """The files of a traceconv Parquet file or dataset directory, checked for their schema version
+    (a partitioned dataset's through its ``_common_metadata`` where it has one: no part is opened)."""
+    path = Path(path)
     files = _files(path)
-    for f in files:
+    common = path / dataset.COMMON_METADATA
+    for f in [common] if dataset.is_partitioned(path) and common.is_file() else files:
         check_version(f)
     return files
 
 
-def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
-    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``."""
+# A filter: a pyarrow.compute expression, or pyarrow.parquet's list form, [("rank", "=", 7), ...]
+# (a list of such lists: OR of ANDs).
+Filters = Any
+
+
+def read_table(
+    path: Path,
+    kinds: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    filters: Filters = None,
+) -> pa.Table:
+    """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``.
+
+    ``filters`` are pushed down: a partitioned dataset's parts outside them are not opened, and
+    row groups whose statistics exclude them are not read.
+    """
+    path = Path(path)
     files = parquet_files(path)
+    _check_names(columns, kinds)
+    import pyarrow.dataset as ds  # tens of MB on import: only when reading
+    import pyarrow.parquet as pq
+
+    hive = dataset.is_partitioned(path)
+    partitioning = ds.HivePartitioning(pa.schema([S.SCHEMA.field(dataset.PARTITION)]), null_fallback=dataset.NULL_VALUE)
+    source = ds.dataset(
+        [str(f) for f in files],
+        format="parquet",
+        schema=S.SCHEMA,
+        partitioning=partitioning if hive else None,
+        partition_base_dir=str(path) if hive else None,
+    )
+    filt = ds.field("kind").isin(list(kinds)) if kinds is not None else None
+    if filters is not None:
+        more = filters if isinstance(filters, pc.Expression) else pq.filters_to_expression(filters)
+        filt = more if filt is None else filt & more
+    return source.to_table(columns=list(columns) if columns is not None else None, filter=filt)
+
+
+def _check_names(columns: Sequence[str] | None, kinds: Sequence[str] | None) -> None:
     if columns is not None:
         unknown = sorted(set(columns) - set(S.NAMES))
         if unknown:
@@ -326,23 +389,25 @@ def read_table(path: Path, kinds: Sequence[str] | None = None, columns: Sequence
         bad = sorted(set(kinds) - set(S.KINDS))
         if bad:
             raise UsageError(None, f"unknown kind(s) {', '.join(bad)}", f"choose from {', '.join(S.KINDS)}")
-    import pyarrow.dataset as ds  # tens of MB on import: only when reading
-
-    dataset = ds.dataset([str(f) for f in files], format="parquet", schema=S.SCHEMA)
-    filt = ds.field("kind").isin(list(kinds)) if kinds is not None else None
-    return dataset.to_table(columns=list(columns) if columns is not None else None, filter=filt)
 
 
 def read_unified(
-    path: str | Path, kinds: Sequence[str] | None = None, columns: Sequence[str] | None = None
+    path: str | Path,
+    kinds: Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    filters: Filters = None,
 ) -> pd.DataFrame:
     """A traceconv Parquet file or dataset directory as a pandas DataFrame.
+
+    ``filters`` (as pyarrow's: ``[("rank", "=", 7)]`` or an expression) are pushed down to the
+    read: in a partitioned dataset, ``rank`` filters open only that rank's files.
 
     Example::
 
         df = traceconv.read_unified("trace.parquet", kinds=["kernel"], columns=["name", "dur_ns"])
+        df = traceconv.read_unified("run.parquet/", filters=[("rank", "in", [0, 1])])
     """
-    table = read_table(Path(path), kinds, columns)
+    table = read_table(Path(path), kinds, columns, filters)
     frame: pd.DataFrame = table.to_pandas(types_mapper=_nullable)
     return frame
 

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from traceconv import io
+from traceconv import dataset, io
 from traceconv.analyses.source import Source
 from traceconv.errors import InputError, TraceconvError, UsageError
 from traceconv.readers import Progress
@@ -36,7 +36,7 @@ def open_source(
         for path in paths:
             parquet, traces = listing(Path(path), notes)
             for f in parquet:
-                io.check_version(f)
+                check_dataset(f, notes) if f.is_dir() else io.check_version(f)
             files += parquet + [_converted(t, temporary, progress) for t in traces]
         source = Source(files, name=", ".join(str(p) for p in paths))
     except BaseException:
@@ -55,10 +55,15 @@ def open_source(
 def listing(path: Path, notes: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """An input's Parquet files and, where it holds none, its traces (one of the two lists is empty).
 
-    A directory with both: its Parquet files, and a note naming the traces left unread.
+    A directory with both: its Parquet files, and a note naming the traces left unread. A
+    partitioned dataset (:mod:`traceconv.dataset`) is the directory itself, read by partition.
     """
     from traceconv.ingest import TRACE_PATTERNS, expand
 
+    if dataset.is_partitioned(path):
+        if not dataset.parts(path):
+            raise InputError(path, "is a partitioned dataset without parts", "convert the traces into it first")
+        return [path], []
     if path.is_dir():
         parquet = sorted(p for p in path.glob("*.parquet") if p.is_file() and not p.name.startswith("."))
         traces = expand(path, TRACE_PATTERNS)
@@ -75,6 +80,22 @@ def listing(path: Path, notes: list[str] | None = None) -> tuple[list[Path], lis
             )
         return [], traces
     return ([path], []) if io.is_parquet(path) else ([], [path])
+
+
+def check_dataset(path: Path, notes: list[str] | None = None) -> None:
+    """A partitioned dataset's schema version, from its ``_common_metadata`` (no part is opened);
+    without one (a run is writing it, or stopped before the end), from every part, and a note."""
+    common = path / dataset.COMMON_METADATA
+    if common.is_file():
+        io.check_version(common)
+        return
+    if notes is not None:
+        notes.append(
+            f"{path}: no {dataset.COMMON_METADATA}: the run that writes this dataset is not finished "
+            "(or stopped); its complete parts were read"
+        )
+    for part in dataset.parts(path):
+        io.check_version(part)
 
 
 @contextlib.contextmanager

@@ -55,8 +55,7 @@ class Source:
             self.con.register("events_table", data)
             self.run("CREATE VIEW events AS SELECT * FROM events_table")
         else:
-            files = ", ".join(f"'{_quoted(str(p))}'" for p in data)
-            scan = f"read_parquet([{files}], union_by_name = true)"
+            scan = f"({_parquet_view(data)})"
             have = {str(row[0]) for row in self.con.execute(f"DESCRIBE SELECT * FROM {scan}").fetchall()}
             self.columns = S.NAMES
             self.run(f"CREATE VIEW events AS SELECT {_columns(have)} FROM {scan}")
@@ -185,6 +184,26 @@ def _columns(have: set[str]) -> str:
         f'"{c.name}"' if c.name in have else f'CAST(NULL AS {_SQL_TYPES.get(c.type, "VARCHAR")}) AS "{c.name}"'
         for c in S.COLUMNS
     )
+
+
+def _parquet_view(paths: Sequence[Path]) -> str:
+    """Parquet files, and partitioned datasets (directories: :mod:`traceconv.dataset`) read with
+    hive partitioning, so that a filter on the partition key skips the other partitions' files.
+    A dataset's parts share one schema (its ``_common_metadata``): DuckDB binds the view from the
+    first part's footer instead of reading every footer, as ``union_by_name`` would."""
+    from traceconv import dataset
+
+    files = [p for p in paths if not Path(p).is_dir()]
+    reads = [f"read_parquet([{', '.join(_literal(p) for p in files)}], union_by_name = true)"] if files else []
+    types = f"{{'{dataset.PARTITION}': INTEGER}}"  # the schema's rank, int32, whatever the path says
+    for folder in (Path(p) for p in paths if Path(p).is_dir()):
+        parts = _literal(folder / dataset.PART_GLOB)
+        reads.append(f"read_parquet({parts}, hive_partitioning = true, hive_types = {types})")
+    return " UNION ALL BY NAME ".join(f"SELECT * FROM {r}" for r in reads)
+
+
+def _literal(path: Path | str) -> str:
+    return f"'{_quoted(str(path))}'"
 
 
 def _quoted(text: str) -> str:

@@ -2,80 +2,38 @@
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from traceconv import process
 from traceconv.cli import main
-from traceconv.cli.errors import handle_errors, note
-from traceconv.cli.progress import Bar
-from traceconv.errors import PartialResultError, UsageError
-from traceconv.ingest import Job, plan_jobs
-from traceconv.readers.base import ignored_option
-
-
-def _report(job: Job, rows: int, kinds: dict[str, int], span_ns: int | None, elapsed: float) -> None:
-    parts = ", ".join(f"{k} {v:,}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
-    span = f"{span_ns / 1e9:.6f} s" if span_ns is not None else "n/a"
-    click.echo(f"{job.source} -> {job.output}")
-    click.echo(f"  {rows:,} events in {elapsed:.2f} s; span {span}")
-    click.echo(f"  {parts}")
-
-
-def _run_jobs(jobs: list[Job], fmt: str | None, **options: Any) -> None:
-    process.skip_pandas_probe()  # before anything that loads pyarrow
-    from traceconv.batch import convert_many, processes_for
-    from traceconv.io import WriteResult, convert
-
-    def one_by_one() -> Iterator[tuple[Job, WriteResult, float]]:
-        for job in jobs:
-            bar = Bar(job.source.name)
-            t0 = time.monotonic()
-            try:
-                result = convert(job.source, job.output, fmt=fmt, progress=bar, **options)
-            finally:
-                bar.close()
-            yield job, result, time.monotonic() - t0
-
-    processes = processes_for(jobs, fmt, options.get("workers"))
-    traces = Bar(f"{processes} at a time", unit="traces")  # several small traces: how many are done
-    results = convert_many(jobs, fmt, processes, **options) if processes > 1 else one_by_one()
-    partial: list[Job] = []
-    for done, (job, result, elapsed) in enumerate(results, 1):
-        traces.close()
-        span = result.end_ns - result.start_ns if result.start_ns is not None and result.end_ns is not None else None
-        _report(job, result.rows, result.kinds, span, elapsed)
-        info = result.info
-        for name in getattr(info, "ignored", []):
-            note(f"{job.source}: {ignored_option(name, info.source)}")
-        for line in getattr(info, "notes", []):
-            click.echo(f"  note: {line}")
-        if getattr(info, "partial", False):
-            partial.append(job)
-            skipped = info.counters
-            click.echo(
-                f"traceconv: warning: {job.source}: partial result written to {job.output}: skipped "
-                f"{skipped.get('events_skipped', 0):,} events and {skipped.get('bytes_skipped', 0):,} bytes "
-                f"of damaged input",
-                err=True,
-            )
-        if processes > 1:
-            traces(done, len(jobs))
-    traces.close()
-    if partial:
-        sys.exit(PartialResultError.exit_code)
-
+from traceconv.cli.errors import handle_errors
+from traceconv.cli.runs import run_tasks
+from traceconv.errors import UsageError
+from traceconv.fleet import ENV
+from traceconv.fleet.run import Task
+from traceconv.ingest import plan_jobs
 
 _FORCE = click.option(
     "--force",
     is_flag=True,
     help="Write even where the output does not end in .parquet, or replaces a file traceconv did not write "
-    "(an input is never replaced).",
+    "(an input is never replaced); converts again the parts of a dataset that are up to date.",
+)
+_SCHEDULER = click.option(
+    "--scheduler",
+    envvar=ENV,
+    metavar="ADDRESS",
+    help=f"Convert on a Dask cluster, one task per trace (tcp://HOST:PORT, or local:N to start N worker "
+    f"processes here; default: ${ENV}). Inputs and output on a filesystem every worker sees. A directory "
+    "of traces becomes a partitioned dataset. Needs traceconv[dask].",
+)
+_PARTITIONED = click.option(
+    "--partitioned",
+    is_flag=True,
+    help="Write a directory of traces as a hive-partitioned dataset, OUT/rank=R/<trace>.parquet with "
+    "_common_metadata, as --scheduler does; parts that are up to date are skipped.",
 )
 
 
@@ -101,8 +59,18 @@ _FORCE = click.option(
     "traces are converted N+1 at a time (default: one per core).",
 )
 @_FORCE
+@_SCHEDULER
+@_PARTITIONED
 @handle_errors
-def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers: int | None, force: bool) -> None:
+def ingest(
+    traces: tuple[Path, ...],
+    output: Path | None,
+    salvage: bool,
+    workers: int | None,
+    force: bool,
+    scheduler: str | None,
+    partitioned: bool,
+) -> None:
     """Convert PyTorch profiler traces (.json, .json.gz, or a directory of them) to Parquet.
 
     Nsight Systems files are recognised by their content and converted too. A directory
@@ -116,11 +84,14 @@ def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers
         traceconv ingest ./log/run1 -o run1_parquet/   # one file per rank
 
         traceconv ingest --salvage crashed.json.tmp    # keep what a killed run wrote
+
+        traceconv ingest ./log/ -o run.parquet/ --scheduler tcp://10.0.0.5:8786
     """
     options: dict[str, Any] = {"salvage": True} if salvage else {}
     if workers is not None:
         options["workers"] = workers
-    _run_jobs(plan_jobs(traces, output, force=force), None, **options)
+    jobs = plan_jobs(traces, output, force=force, partitioned=partitioned or bool(scheduler))
+    run_tasks([Task(job, None, options) for job in jobs], scheduler or None, force)
 
 
 @main.command()
@@ -138,9 +109,17 @@ def ingest(traces: tuple[Path, ...], output: Path | None, salvage: bool, workers
     help="Copy the profiled command line and environment into the metadata (credentials redacted).",
 )
 @_FORCE
+@_SCHEDULER
+@_PARTITIONED
 @handle_errors
 def nsys(
-    reports: tuple[Path, ...], output: Path | None, nsys_path: Path | None, include_environment: bool, force: bool
+    reports: tuple[Path, ...],
+    output: Path | None,
+    nsys_path: Path | None,
+    include_environment: bool,
+    force: bool,
+    scheduler: str | None,
+    partitioned: bool,
 ) -> None:
     """Convert Nsight Systems reports (.nsys-rep, .qdrep) or SQLite exports to Parquet.
 
@@ -158,7 +137,8 @@ def nsys(
     """
     from traceconv.readers import sniff
 
-    jobs = plan_jobs(reports, output, patterns=("*.sqlite", "*.nsys-rep", "*.qdrep"), force=force)
+    patterns = ("*.sqlite", "*.nsys-rep", "*.qdrep")
+    jobs = plan_jobs(reports, output, patterns=patterns, force=force, partitioned=partitioned or bool(scheduler))
     formats = [sniff(job.source) for job in jobs]
     for job, fmt in zip(jobs, formats, strict=True):
         if fmt not in ("nsys", "nsys-report"):
@@ -167,8 +147,10 @@ def nsys(
                 "is not an Nsight Systems report or SQLite export by its content",
                 "use `traceconv ingest` for PyTorch traces",
             )
+    tasks = []
     for job, fmt in zip(jobs, formats, strict=True):
         options: dict[str, Any] = {"include_environment": include_environment}
         if fmt == "nsys-report":
             options["nsys"] = nsys_path
-        _run_jobs([job], fmt, **options)
+        tasks.append(Task(job, fmt, options))
+    run_tasks(tasks, scheduler or None, force)
