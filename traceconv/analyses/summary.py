@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import memory as M
 from traceconv.analyses import ops as O
-from traceconv.analyses import syncs as Y
-from traceconv.analyses.findings import Finding, evaluate
+from traceconv.analyses.findings import Finding, evaluate, memory_findings, ordered
 from traceconv.analyses.measure import ScopeStats, measure, step_scope, window_scope
 from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.results import (
@@ -99,15 +99,18 @@ def summarize(
     steps = _sorted_ops(stats[1], SORTS[sort]) if len(stats) > 1 else None
     focus = steps if steps is not None else window
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
+    memory = M.memory(source, facts.steps, top, facts.window[0])
     return Summary(
         source=facts.source,
         window=window,
         steps=steps,
-        findings=evaluate(focus, thresholds, facts.program),
-        memory=Y.memory_peaks(source),
+        findings=ordered(
+            evaluate(focus, thresholds, facts.program) + memory_findings(memory, thresholds, facts.program)
+        ),
+        memory=memory,
         shapes=O.input_dims(source, trees, names),
         thresholds=thresholds,
-        notes=facts_notes(source, facts, step_pattern),
+        notes=facts_notes(source, facts, step_pattern) + M.notes(source, memory),
         sort=SORTS[sort],
     )
 
