@@ -10,6 +10,7 @@ step (named as such below).
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 from collections import defaultdict
@@ -43,6 +44,7 @@ PYTORCH = [
     fixture("pytorch/h200/seed_linear.json"),
 ]
 MEMUSAGE = fixture("nsys/h200/memusage.sqlite")
+THRESHOLD_MB = ("--threshold", "min_fragmentation_mb=50")
 
 
 def _memory(path: Path, top: int = 0) -> dict[str, MemoryPeak]:
@@ -52,8 +54,6 @@ def _memory(path: Path, top: int = 0) -> dict[str, MemoryPeak]:
 
 
 def _raw_events(path: Path) -> list[dict[str, Any]]:
-    import gzip
-
     opener: Any = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         events: list[dict[str, Any]] = json.load(f, parse_float=Decimal)["traceEvents"]
@@ -136,7 +136,8 @@ def test_nsys_peak_and_holders_equal_the_raw_memory_usage_events() -> None:
     """memusage.sqlite: 1,662 allocations, no frees; running sum per device in (start, row) order."""
     con = sqlite3.connect(MEMUSAGE)
     rows = con.execute(
-        "SELECT m.bytes, m.memoryOperationType, m.memKind, m.correlationId, s.value FROM CUDA_GPU_MEMORY_USAGE_EVENTS m "
+        "SELECT m.bytes, m.memoryOperationType, m.memKind, m.correlationId, s.value "
+        "FROM CUDA_GPU_MEMORY_USAGE_EVENTS m "
         "LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId "
         "LEFT JOIN StringIds s ON s.id = r.nameId WHERE m.deviceId = 0 ORDER BY m.start, m.rowid"
     ).fetchall()
@@ -202,8 +203,7 @@ def test_fragmentation_is_reserved_minus_allocated_at_the_peak_and_its_threshold
     assert memory_findings({"0": m}, DEFAULTS) == []  # 21% of 285 MB: below both defaults
     result = CliRunner().invoke(
         main,
-        ["summary", str(TRAIN_MEM), "--format", "json", "--threshold", "FRAGMENTATION=20"]
-        + ["--threshold", "min_fragmentation_mb=50"],
+        ["summary", str(TRAIN_MEM), "--format", "json", *("--threshold", "FRAGMENTATION=20"), *THRESHOLD_MB],
     )
     assert result.exit_code == 0, result.output
     (f,) = [f for f in json.loads(result.output)["findings"] if f["code"] == "FRAGMENTATION"]

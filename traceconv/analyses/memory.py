@@ -121,7 +121,8 @@ def _holders(source: Source, top: int) -> dict[str, list[MemoryHolder]]:
         SELECT coalesce(trace_id, '') AS trace_id, pid, tid, start_ns, end_ns, dur_ns, name FROM events
         WHERE kind IN ('cpu_op', 'nvtx') AND device IS NULL AND name NOT IN ({primitives})),
     enclosing AS (
-        SELECT l.key, l.event_id, arg_max(r.name, {{'s': r.start_ns, 'd': -coalesce(r.dur_ns, 0)}}) AS op FROM live l JOIN ranges r
+        SELECT l.key, l.event_id, arg_max(r.name, {{'s': r.start_ns, 'd': -coalesce(r.dur_ns, 0)}}) AS op
+        FROM live l JOIN ranges r
         ON r.trace_id = l.trace_id AND r.pid = l.pid AND r.tid = l.tid
            AND r.start_ns <= l.start_ns AND coalesce(r.end_ns, l.start_ns) >= l.start_ns
         GROUP BY l.key, l.event_id),
