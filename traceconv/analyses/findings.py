@@ -24,7 +24,8 @@ from typing import Any
 
 from traceconv.analyses.fixes import Program, fix, idle_fix, tiny_fix
 from traceconv.analyses.measure import ScopeStats
-from traceconv.analyses.results import CallTally, OpTally
+from traceconv.analyses.memory import growth
+from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.names import kernel_label, shorten
 from traceconv.units import mb, ms, us
@@ -37,6 +38,9 @@ CODES = (
     "QUEUE_WAIT",
     "LOW_OCCUPANCY",
     "TINY_KERNELS",
+    # memory (memory_findings)
+    "MEMORY_GROWTH",
+    "FRAGMENTATION",
 )
 SEVERITIES = ("high", "medium", "low")
 HOST_DEVICE = ("HtoD", "DtoH")
@@ -71,7 +75,12 @@ PYTORCH = Program("pytorch", cuda_graphs=False)
 def evaluate(stats: ScopeStats, thresholds: Thresholds = DEFAULTS, program: Program = PYTORCH) -> list[Finding]:
     """The findings of one scope, most severe first."""
     out = [f for check in _CHECKS if (f := check(stats, thresholds, program)) is not None]
-    return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), -_ratio(f)))
+    return ordered(out)
+
+
+def ordered(findings: Sequence[Finding]) -> list[Finding]:
+    """Most severe first, then furthest past its threshold."""
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -_ratio(f)))
 
 
 def costly(stats: ScopeStats, cost_ns: float, t: Thresholds) -> bool:
@@ -100,11 +109,6 @@ def _make(code: str, value: float, threshold: float, message: str, below: bool =
 
 
 make = _make  # for the findings of other analyses (ranks)
-
-
-def ordered(found: Sequence[Finding]) -> list[Finding]:
-    """Findings most severe first, then by how far past the threshold."""
-    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -_ratio(f)))
 
 
 def _where(stats: ScopeStats) -> str:
@@ -277,3 +281,45 @@ _CHECKS: tuple[Callable[[ScopeStats, Thresholds, Program], Finding | None], ...]
     low_occupancy,
     tiny_kernels,
 )
+
+
+# -- memory: per device, from traceconv.analyses.memory ----------------------------------------
+def memory_findings(
+    memory: dict[str, MemoryPeak], t: Thresholds = DEFAULTS, program: Program = PYTORCH
+) -> list[Finding]:
+    """``MEMORY_GROWTH`` and ``FRAGMENTATION``: at most one of each, for the device furthest past."""
+    out = []
+    for check in (memory_growth, fragmentation):
+        found = [f for dev, peak in memory.items() if dev != "cpu" and (f := check(dev, peak, t, program))]
+        if found:
+            out.append(max(found, key=_ratio))
+    return out
+
+
+def memory_growth(dev: str, m: MemoryPeak, t: Thresholds, program: Program) -> Finding | None:
+    per_step = growth(m.step_end_bytes)
+    if per_step is None or per_step / 1e6 < t.MEMORY_GROWTH:
+        return None
+    ends = m.step_end_bytes
+    msg = (
+        f"GPU {dev}: allocated memory at the end of each step grows at every one of {len(ends)} steps, "
+        f"{mb(per_step)} a step ({mb(ends[0])} -> {mb(ends[-1])}): something keeps tensors across steps, a leak. "
+        f"Fix: {fix('MEMORY_GROWTH', program)}"
+    )
+    return _make("MEMORY_GROWTH", per_step / 1e6, t.MEMORY_GROWTH, msg)
+
+
+def fragmentation(dev: str, m: MemoryPeak, t: Thresholds, program: Program) -> Finding | None:
+    reserved = m.reserved_at_peak_bytes
+    if not reserved:
+        return None
+    free = reserved - m.allocated_peak_bytes
+    value = free * 100.0 / reserved
+    if value < t.FRAGMENTATION or free / 1e6 < t.min_fragmentation_mb:
+        return None
+    msg = (
+        f"GPU {dev}: at the allocated peak ({mb(m.allocated_peak_bytes)}) the caching allocator holds "
+        f"{mb(reserved)}: {value:.0f}% of it ({mb(free)}) reserved but not allocated, cached blocks too "
+        f"fragmented to reuse. Fix: {fix('FRAGMENTATION', program)}"
+    )
+    return _make("FRAGMENTATION", value, t.FRAGMENTATION, msg)

@@ -48,6 +48,21 @@ _FIXES: dict[str, dict[str, str]] = {
         "cuda": "small grids or heavy register/shared memory use leave SMs idle: larger grids, __launch_bounds__, "
         "fewer registers or less shared memory per block fill the GPU",
     },
+    # -- memory --
+    "MEMORY_GROWTH": {
+        "pytorch": "find what keeps tensors from one step to the next: a list or dict of outputs, losses logged "
+        "as tensors (log loss.item() or loss.detach(), not loss), hidden states carried without .detach(); "
+        "torch.cuda.empty_cache() is not the fix, it only returns memory nobody holds",
+        "cuda": "free what each step allocates (every cudaMalloc needs its cudaFree), or allocate the buffers "
+        "once before the loop and reuse them",
+    },
+    "FRAGMENTATION": {
+        "pytorch": "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so the caching allocator grows segments "
+        "instead of reserving new ones; allocate the largest, long-lived tensors first and keep shapes stable "
+        "from step to step",
+        "cuda": "allocate large buffers once and sub-allocate from them (a memory pool: cudaMallocAsync with a "
+        "release threshold) instead of many differently sized cudaMalloc calls",
+    },
 }
 
 

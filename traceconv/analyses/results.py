@@ -119,10 +119,39 @@ class Copies:
     ops: list[CopyOpTally]
 
 
+# -- where the memory went (traceconv.analyses.memory) -----------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MemoryHolder:
+    """Allocations live at a device's peak, by the operator (or CUDA call) that made them."""
+
+    name: str
+    bytes: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPoint:
+    """One bucket of a device's memory over time: the highest allocated and reserved in it."""
+
+    start_ns: int
+    allocated_bytes: int
+    reserved_bytes: int | None  # null where the input has no reserved figure (Nsight Systems)
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryPeak:
+    """A device's memory: its peaks, what held the allocated peak, its course over the steps and the trace."""
+
     allocated_peak_bytes: int
-    reserved_peak_bytes: int
+    reserved_peak_bytes: int  # the highest reserved anywhere (0 when not recorded)
+    peak_ns: int | None = None  # when allocated memory peaked (the first time)
+    peak_offset_ns: int | None = None  # the same, from the start of the profiled window
+    reserved_at_peak_bytes: int | None = None
+    live_bytes: int = 0  # of the peak: allocations the trace saw, still live
+    before_trace_bytes: int = 0  # of the peak: allocated before the trace began (no operator to name)
+    holders: list[MemoryHolder] = dataclasses.field(default_factory=list)
+    step_end_bytes: list[int] = dataclasses.field(default_factory=list)  # allocated at the end of each step
+    series: list[MemoryPoint] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)

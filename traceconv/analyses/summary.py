@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import memory as M
 from traceconv.analyses import ops as O
 from traceconv.analyses import ranks as R
-from traceconv.analyses import syncs as Y
-from traceconv.analyses.findings import Finding, evaluate, ordered
+from traceconv.analyses.findings import Finding, evaluate, memory_findings, ordered
 from traceconv.analyses.measure import ScopeStats, measure, step_scope, window_scope
 from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.ranks.model import RankRow
@@ -103,16 +103,17 @@ def summarize(
     focus = steps if steps is not None else window
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
     per_rank = R.analyse(source, step_pattern, thresholds) if R.several(source) else None
-    found = evaluate(focus, thresholds, facts.program)
+    memory = M.memory(source, facts.steps, top, facts.window[0])
+    found = evaluate(focus, thresholds, facts.program) + memory_findings(memory, thresholds, facts.program)
     return Summary(
         source=facts.source,
         window=window,
         steps=steps,
-        findings=ordered(found + per_rank.findings) if per_rank is not None else found,
-        memory=Y.memory_peaks(source),
+        findings=ordered(found + per_rank.findings) if per_rank is not None else ordered(found),
+        memory=memory,
         shapes=O.input_dims(source, trees, names),
         thresholds=thresholds,
-        notes=facts_notes(source, facts, step_pattern) + _rank_notes(per_rank),
+        notes=facts_notes(source, facts, step_pattern) + M.notes(source, memory) + _rank_notes(per_rank),
         sort=SORTS[sort],
         ranks=per_rank.ranks if per_rank is not None else None,
     )

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from traceconv.analyses.prepare import HOST_RANGES, NO_OP
-from traceconv.analyses.results import CallTally, MemoryPeak, OpTally, StagingTally, Syncs, SyncTally
+from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
 from traceconv.analyses.source import Source
 
 SYNC_CALL = re.compile(
@@ -116,12 +116,3 @@ def _tally(calls: pd.DataFrame) -> dict[str, Any]:
             for (op, region), r in ops.iterrows()
         ],
     }
-
-
-def memory_peaks(source: Source) -> dict[str, MemoryPeak]:
-    """Peak allocated and reserved bytes per device (``cpu`` for host allocations) from allocator events."""
-    rows = source.arrow(
-        "SELECT coalesce(CAST(device AS VARCHAR), 'cpu') AS dev, max(total_allocated_bytes) AS allocated, "
-        "max(total_reserved_bytes) AS reserved FROM events WHERE kind = 'memory' GROUP BY 1 ORDER BY 1"
-    ).to_pylist()
-    return {str(r["dev"]): MemoryPeak(int(r["allocated"] or 0), int(r["reserved"] or 0)) for r in rows}

@@ -27,6 +27,10 @@ class Thresholds:
     min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
     min_cost_ms: float = 1.0  # copy/sync findings: their cost (ms) in the whole scope must reach this ...
     min_cost_pct: float = 1.0  # ... and this share of a step (of the window without steps)
+    # -- memory (traceconv.analyses.memory) --
+    MEMORY_GROWTH: float = 1.0  # MB a step by which allocated memory at the end of each step grows (at every step)
+    FRAGMENTATION: float = 50.0  # % of the reserved memory not allocated at the allocated peak ...
+    min_fragmentation_mb: float = 1024.0  # ... when that unallocated part is at least this many MB
 
     def with_overrides(self, overrides: Mapping[str, float]) -> Thresholds:
         """A copy with ``overrides`` applied; names match fields case-insensitively."""

@@ -12,13 +12,13 @@ from traceconv.analyses.results import (
     SYNC_KINDS,
     Copies,
     IdleBreakdown,
-    MemoryPeak,
     OpRow,
     StepFigures,
     SyncTally,
 )
 from traceconv.analyses.summary import SummaryReport, report_dict
 from traceconv.names import kernel_label
+from traceconv.render.memory import memory_section
 from traceconv.render.ranks import summary_rank_lines
 from traceconv.render.table import Col, Doc, json_document
 from traceconv.units import mb, ms, us
@@ -91,7 +91,7 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
     doc.heading("Copies")
     doc.table(copy_rows(r.memcpy), COPY_COLS)
     _syncs(doc, r)
-    _memory(doc, r.memory)
+    memory_section(doc, r.memory)
     return doc.text()
 
 
@@ -169,18 +169,3 @@ def _syncs(doc: Doc, r: SummaryReport) -> None:
 def _sync_kinds(s: object, n: int) -> str:
     kinds: list[tuple[str, SyncTally]] = [(w, getattr(s, k)) for k, w in SYNC_KINDS.items()]
     return ", ".join(f"{w} {t.count / n:g}" for w, t in kinds)
-
-
-def _memory(doc: Doc, memory: dict[str, MemoryPeak]) -> None:
-    if not memory:
-        return
-    parts = [
-        f"{'GPU ' + dev if dev != 'cpu' else 'host'}: allocated {mb(m.allocated_peak_bytes)}"
-        + (f", reserved {mb(m.reserved_peak_bytes)}" if m.reserved_peak_bytes else "")
-        for dev, m in memory.items()
-    ]
-    doc.heading("Memory peaks")
-    if doc.markdown:
-        doc.line("; ".join(parts))
-    else:
-        doc.lines[-1] += " " + "; ".join(parts)
