@@ -48,6 +48,13 @@ _FIXES: dict[str, dict[str, str]] = {
         "cuda": "small grids or heavy register/shared memory use leave SMs idle: larger grids, __launch_bounds__, "
         "fewer registers or less shared memory per block fill the GPU",
     },
+    "LOW_SM_ACTIVITY": {
+        "pytorch": "launch fewer, larger kernels: merge the small convolutions or GEMMs into one (grouped "
+        "convolutions: conv2d(groups=N); batched GEMMs: torch.bmm over stacked weights), use larger batches, "
+        "or fuse with torch.compile",
+        "cuda": "launch fewer, larger kernels: merge the small convolutions or GEMMs into one launch (grouped "
+        "convolutions, cublasGemmBatched / strided-batched GEMMs), use larger batches, or fuse kernels",
+    },
 }
 
 

@@ -9,13 +9,14 @@ set-up outside them would only blur them). :func:`report` is what the command sh
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import metrics as U
 from traceconv.analyses import ops as O
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.findings import Finding, evaluate
@@ -52,6 +53,7 @@ class Summary:
     thresholds: Thresholds
     notes: list[str]  # what the reader of the figures should know (warm-up left out, ...)
     sort: str = "gpu_self_ns"  # the operator tables' order: a column
+    gpu_metrics: U.Utilisation = field(default_factory=dict)  # per device, GPU metrics' means in the focus scope
 
     @property
     def focus(self) -> ScopeStats:
@@ -99,17 +101,26 @@ def summarize(
     steps = _sorted_ops(stats[1], SORTS[sort]) if len(stats) > 1 else None
     focus = steps if steps is not None else window
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
+    utilisation = utilisation_of(source, steps)
     return Summary(
         source=facts.source,
         window=window,
         steps=steps,
-        findings=evaluate(focus, thresholds, facts.program),
+        findings=evaluate(focus, thresholds, facts.program, utilisation),
         memory=Y.memory_peaks(source),
         shapes=O.input_dims(source, trees, names),
         thresholds=thresholds,
         notes=facts_notes(source, facts, step_pattern),
         sort=SORTS[sort],
+        gpu_metrics=utilisation,
     )
+
+
+def utilisation_of(source: Source, steps: ScopeStats | None) -> U.Utilisation:
+    """GPU metrics' means over the steps' samples; without steps, over every sample."""
+    if steps is None:
+        return U.scope_means(source)
+    return U.scope_means(source, steps.scope.start_ns, steps.scope.end_ns)
 
 
 def _sorted_ops(stats: ScopeStats, column: str) -> ScopeStats:
@@ -156,6 +167,7 @@ class SummaryReport:
     thresholds: Thresholds
     notes: list[str]
     sort: str
+    gpu_metrics: U.Utilisation  # per device: GPU metrics' means over the findings' scope
 
 
 def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
@@ -179,6 +191,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         thresholds=s.thresholds,
         notes=s.notes,
         sort=s.sort,
+        gpu_metrics=s.gpu_metrics,
     )
 
 

@@ -20,6 +20,8 @@ class Thresholds:
     QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
     LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
     TINY_KERNELS: float = 50.0  # % of launched kernels that run shorter than their own launch call
+    LOW_SM_ACTIVITY: float = 50.0  # mean SMs Active % (GPU metrics) in the steps, reported *below* this ...
+    sm_busy_pct: float = 5.0  # ... when the GPUs are busy with kernels, copies or memsets this % of the time or more
     gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound"
     min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
     min_cost_ms: float = 1.0  # copy/sync findings: their cost (ms) in the whole scope must reach this ...

@@ -92,6 +92,7 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
     doc.table(copy_rows(r.memcpy), COPY_COLS)
     _syncs(doc, r)
     _memory(doc, r.memory)
+    _gpu_metrics(doc, r)
     return doc.text()
 
 
@@ -181,3 +182,22 @@ def _memory(doc: Doc, memory: dict[str, MemoryPeak]) -> None:
         doc.line("; ".join(parts))
     else:
         doc.lines[-1] += " " + "; ".join(parts)
+
+
+# -- GPU metrics -------------------------------------------------------------------------------
+METRIC_COLS = [
+    Col("GPU", "device"),
+    Col("SMs active %", "sm_active_pct", "pct"),
+    Col("SM issue %", "sm_issue_pct", "pct"),
+    Col("Warps in flight %", "warps_in_flight_pct", "pct"),
+    Col("Tensor %", "tensor_active_pct", "pct"),
+    Col("DRAM read %", "dram_read_pct", "pct"),
+    Col("DRAM write %", "dram_write_pct", "pct"),
+]
+
+
+def _gpu_metrics(doc: Doc, r: SummaryReport) -> None:
+    if not r.gpu_metrics:
+        return
+    doc.heading(f"GPU metrics, mean of the samples ({_scope_words(r.findings_scope, r.steps)})")
+    doc.table([{"device": dev, **m} for dev, m in r.gpu_metrics.items()], METRIC_COLS)
