@@ -38,6 +38,9 @@ KEYS = {
 }
 # The metrics shown per kernel name and per range (the rest only per device).
 PER_NAME = ("sm_active_pct", "warps_in_flight_pct")
+# Kernels and samples meet in time buckets of this width (an equality DuckDB hashes), then by
+# their exact times: a kernel adds one row per bucket it spans.
+BUCKET_NS = 1_000_000
 _UNITS = {"throughput %": "pct", "%": "pct"}
 
 # Devices as text (JSON keys), metric key -> mean.
@@ -99,11 +102,14 @@ def per_kernel(source: Source, keys: Sequence[str] = PER_NAME) -> pd.DataFrame:
         return _empty(keys)
     frame = source.frame(
         "WITH k AS (SELECT CAST(name AS VARCHAR) AS kernel, CAST(device AS BIGINT) AS device, start_ns AS s, "
-        "start_ns + dur_ns AS e FROM events WHERE kind = 'kernel' AND start_ns IS NOT NULL AND dur_ns IS NOT NULL), "
-        "m AS (SELECT CAST(device AS BIGINT) AS device, CAST(name AS VARCHAR) AS metric, start_ns AS t, value "
-        f"FROM events WHERE kind = 'metric' AND value IS NOT NULL AND name IN ({_names_sql(keys)})) "
+        f"start_ns + dur_ns AS e, unnest(range(start_ns // {BUCKET_NS}, (start_ns + dur_ns) // {BUCKET_NS} + 1)) "
+        "AS b FROM events WHERE kind = 'kernel' AND start_ns IS NOT NULL AND dur_ns IS NOT NULL), "
+        "m AS (SELECT CAST(device AS BIGINT) AS device, CAST(name AS VARCHAR) AS metric, start_ns AS t, "
+        f"start_ns // {BUCKET_NS} AS b, value FROM events WHERE kind = 'metric' AND value IS NOT NULL "
+        f"AND name IN ({_names_sql(keys)})) "
         "SELECT kernel, metric, avg(value) AS mean, count(*) AS n FROM (SELECT DISTINCT k.kernel, m.device, "
-        "m.metric, m.t, m.value FROM k JOIN m ON m.device = k.device AND m.t >= k.s AND m.t <= k.e) GROUP BY ALL"
+        "m.metric, m.t, m.value FROM k JOIN m ON m.device = k.device AND m.b = k.b AND m.t >= k.s AND m.t <= k.e) "
+        "GROUP BY ALL"
     )
     out: pd.DataFrame = _wide(frame, "kernel", keys)
     return out
