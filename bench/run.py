@@ -102,6 +102,9 @@ def tools(sqlite3_cli: str | None) -> list[Tool]:
         Tool("sqlite3", "sqlite3 CLI kernel-runtime join", "sqlite", argv=sqlite_argv),
         Tool("duckdb", "DuckDB sqlite scanner join, COPY TO parquet", "sqlite", "duckdb_sqlite", "alt",
              "duckdb_extension_sqlite_scanner"),
+        Tool("traceconv", "traceconv summary", "parquet", streams=True, argv=[tc, "summary", "{in}"]),
+        Tool("traceconv", "traceconv kernels", "parquet", streams=True, argv=[tc, "kernels", "{in}"]),
+        Tool("duckdb", "DuckDB: four group-bys on the Parquet", "parquet", "duckdb_group_bys", streams=True),
         Tool("duckdb", "DuckDB sqlite scanner: event tables + StringIds copied to Parquet", "sqlite",
              "duckdb_copy_tables", "alt", "duckdb_extension_sqlite_scanner", streams=True),
     ]  # fmt: skip
@@ -117,6 +120,10 @@ def _atomic(out: Path, cmd: list[str], stdin: Path | None = None) -> None:
     os.replace(tmp, out)
 
 
+PARQUET_FROM = {"pq": "sqlite", "pq16": "sqlite16", "pqtrain": "big", "pqx4": "x4"}  # Parquet input -> its source
+_SOURCES = {"sqlite": "big.sqlite", "sqlite16": "big_x16.sqlite", "big": "big_train.json", "x4": "big_train_x4.json"}
+
+
 def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
     DATA.mkdir(parents=True, exist_ok=True)
     big, big_xz = DATA / "big_train.json", shared / "bench" / "big_train.json.xz"
@@ -129,6 +136,11 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         Input("sqlite", sql, "sqlite"),
         Input("sqlite4", DATA / "big_x4.sqlite", "sqlite", big=True),
         Input("sqlite16", DATA / "big_x16.sqlite", "sqlite", big=True),
+        # The Parquet of four of them (made by traceconv): what the analyses' rows read.
+        Input("pq", DATA / "big.parquet", "parquet"),
+        Input("pq16", DATA / "big_x16.parquet", "parquet", big=True),
+        Input("pqtrain", DATA / "big_train.parquet", "parquet"),
+        Input("pqx4", DATA / "big_train_x4.parquet", "parquet", big=True),
         # Other shapes, held back from shared/ (made on the H200 by .gpu/big_shapes.py, see
         # bench/README.md): measured when present in bench/data/, "n/a" otherwise.
         Input("stack", DATA / "big2_conv_stack.json", "json", optional=True),
@@ -136,6 +148,7 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
     ]
     inputs = [i for i in inputs if wanted is None or i.key in wanted]
     keys = {i.key for i in inputs}
+    keys |= {made_from for key, made_from in PARQUET_FROM.items() if key in keys}  # an input's own input
     if keys & {"big", "gz", "x4"} and not big.exists() and big_xz.exists():
         _atomic(big, ["xz", "-dkc", str(big_xz)])
     if "gz" in keys and big.exists() and not (DATA / "big_train.json.gz").exists():
@@ -152,6 +165,14 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
             print(f"making {out.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
             make = [sys.executable, str(BENCH / "make_big_nsys.py"), str(sql), str(out), "--copies", str(copies)]
             subprocess.run(make, check=True)
+    by_key = {i.key: i for i in inputs}
+    for key, made_from in PARQUET_FROM.items():
+        src = DATA / Path(_SOURCES[made_from]).name
+        out = DATA / (src.stem + ".parquet")
+        command = "nsys" if src.suffix == ".sqlite" else "ingest"
+        if key in by_key and src.exists() and not out.exists():
+            print(f"making {out.relative_to(ROOT)} ...", file=sys.stderr, flush=True)
+            subprocess.run([str(PRODUCT / "traceconv"), command, str(src), "-o", str(out)], check=True)
     for i in inputs:
         if not i.path.exists():
             where = "bench/README.md says how to make it" if i.optional else f"needs {shared}/bench/"
@@ -367,13 +388,35 @@ def nsys_targets(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
     return "\n".join(lines)
 
 
+def analysis_targets(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
+    """The scale issue's ratios for the analyses: summary and kernels on the large Parquet against
+    converting its source, and summary's memory on the large file against the small one."""
+    got = {(t.label, i.key): r for t, i, r, _ in rows if r is not None and r.ok}
+    lines = []
+    for big, small, convert in (("pq16", "pq", "traceconv nsys"), ("pqx4", "pqtrain", "traceconv ingest")):
+        made = got.get((convert, PARQUET_FROM[big]))
+        for label, target in (("traceconv summary", 1.0), ("traceconv kernels", 0.5)):
+            run = got.get((label, big))
+            if run and made:
+                lines.append(f"- {label} on {big}: {run.wall / made.wall:.2f}x the time of `{convert}` on its source "
+                             f"(target <= {target}x)")  # fmt: skip
+        run, base = got.get(("traceconv summary", big)), got.get(("traceconv summary", small))
+        if run and base:
+            lines.append(
+                f"- summary memory {big} / {small}: {run.pss_mib / max(base.pss_mib, 1):.2f}x PSS, "
+                f"{run.rss_mib / max(base.rss_mib, 1):.2f}x RSS (target <= 1.5x)"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and input; the median is shown")
     parser.add_argument("--quick", action="store_true", help="1 run, and skip the slow alternatives")
     parser.add_argument("--only", help="comma-separated tools: traceconv,orjson,pandas,duckdb,polars,ijson,hta,sqlite3")
     parser.add_argument(
-        "--inputs", help="comma-separated inputs: big,gz,x4,small,sqlite,sqlite4,sqlite16,stack,transformer"
+        "--inputs",
+        help="comma-separated inputs: big,gz,x4,small,sqlite,sqlite4,sqlite16,pq,pq16,pqtrain,pqx4,stack,transformer",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a tool run is killed")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the shared/ folder")
@@ -401,7 +444,7 @@ def main() -> None:
 
     head = (f"traceconv bench, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} CPUs, "
             f"{platform.python_version()}; median of {runs} run(s), whole processes\n\n{versions()}\n")  # fmt: skip
-    targets = nsys_targets(rows)
+    targets = "\n".join(t for t in (nsys_targets(rows), analysis_targets(rows)) if t)
     text = head + "\n" + table(rows) + "\n" + (f"\n{targets}\n" if targets else "")
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)

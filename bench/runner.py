@@ -169,10 +169,27 @@ def duckdb_copy_tables(path: Path, out: Path) -> str:
     return f"{rows} rows copied"
 
 
+def duckdb_group_bys(path: Path, out: Path) -> str:
+    """The scale issue's reference for the analyses: four group-bys over the unified Parquet
+    (kernels by name, GPU time by operator, copies by kind, API calls by name)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{path}')")
+    queries = (
+        "SELECT name, count(*), sum(dur_ns) FROM events WHERE kind = 'kernel' GROUP BY 1",
+        "SELECT op_name, sum(dur_ns) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') GROUP BY 1",
+        "SELECT copy_kind, count(*), sum(bytes), sum(dur_ns) FROM events WHERE kind = 'memcpy' GROUP BY 1",
+        "SELECT name, count(*), sum(dur_ns) FROM events WHERE kind = 'cuda_api' GROUP BY 1",
+    )
+    groups = sum(len(con.execute(q).fetchall()) for q in queries)
+    return f"{groups} groups"
+
+
 TOOLS: dict[str, Callable[[Path, Path], str]] = {
     f.__name__: f
     for f in (orjson_loads, orjson_pandas, duckdb_json, polars_json, ijson_count, hta_json, hta_ijson,
-              pandas_read_sql, duckdb_sqlite, duckdb_copy_tables)
+              pandas_read_sql, duckdb_sqlite, duckdb_copy_tables, duckdb_group_bys)
 }  # fmt: skip
 
 if __name__ == "__main__":

@@ -35,15 +35,13 @@ CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 
 
 def _points(rows_sql: str, column: str, dev: bool = True) -> str:
-    """+1/-1 points of ``rows_sql``'s intervals (``dev``, s, e) in ``column``, the other sets 0."""
-
-    def cols(value: str) -> str:
-        return ", ".join(f"{value if c == column else '0'} AS {c}" for c in SETS)
-
+    """+1/-1 points of ``rows_sql``'s intervals (``dev``, s, e) of the set ``column``: the time and one
+    code, the set's place in :data:`SETS` times two, plus one for an end."""
+    code = SETS.index(column) * 2
     key = "dev, " if dev else ""
     return (
-        f"SELECT {key}s AS t, {cols('1')} FROM ({rows_sql}) WHERE e > s "
-        f"UNION ALL SELECT {key}e AS t, {cols('-1')} FROM ({rows_sql}) WHERE e > s"
+        f"SELECT {key}s AS t, CAST({code} AS UTINYINT) AS c FROM ({rows_sql}) WHERE e > s "
+        f"UNION ALL SELECT {key}e AS t, CAST({code + 1} AS UTINYINT) AS c FROM ({rows_sql}) WHERE e > s"
     )
 
 
@@ -78,8 +76,7 @@ def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.nda
     """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope)."""
     quoted = dev.replace("'", "''")
     batches = source.batches(
-        f"SELECT t, {', '.join(SETS)} FROM device_points WHERE dev = '{quoted}' "
-        f"UNION ALL SELECT t, {', '.join(SETS)} FROM host_points ORDER BY t"
+        f"SELECT t, c FROM device_points WHERE dev = '{quoted}' UNION ALL SELECT t, c FROM host_points ORDER BY t"
     )
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
     state = np.zeros(len(SETS), np.int64)  # open intervals of each set before the batch
@@ -89,7 +86,9 @@ def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.nda
         t = batch.column(0).to_numpy().astype(np.int64)
         if not len(t):
             continue
-        deltas = np.stack([batch.column(1 + i).to_numpy().astype(np.int64) for i in range(len(SETS))], axis=1)
+        code = batch.column(1).to_numpy().astype(np.int64)
+        deltas = np.zeros((len(t), len(SETS)), np.int64)
+        deltas[np.arange(len(t)), code >> 1] = 1 - 2 * (code & 1)
         if last_t is None:
             first_t = int(t[0])
             starts, ends, open_ = t[:-1], t[1:], np.cumsum(deltas, axis=0)[:-1] + state

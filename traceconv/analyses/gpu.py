@@ -27,9 +27,10 @@ GPU = (
 )
 
 
-def in_scope(rows_sql: str, windows: str, time: str) -> str:
-    """The rows of ``rows_sql`` whose ``time`` lies in one of the (sorted, disjoint) ``windows``."""
-    return f"SELECT x.* FROM ({rows_sql}) x ASOF JOIN {windows} w ON x.{time} >= w.s WHERE x.{time} <= w.e"
+def in_scope(rows_sql: str, within: str, time: str) -> str:
+    """The rows of ``rows_sql`` whose ``time`` lies in the scope's windows (``within``: the SQL
+    function of :meth:`Source.within`)."""
+    return f"SELECT * FROM ({rows_sql}) WHERE {within}({time})"
 
 
 def gpu_time(source: Source, scoped: str) -> int:

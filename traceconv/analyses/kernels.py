@@ -73,16 +73,25 @@ def input_kinds(kinds: Sequence[str] = DEFAULT_KINDS) -> list[str]:
     return [*kinds, "cuda_api"]
 
 
-def _launches_sql(kinds: Sequence[str]) -> str:
-    """:data:`PER_LAUNCH` columns per GPU row of ``kinds`` (a query over ``events``), in launch order.
+def _launches_sql(kinds: Sequence[str], ordered: bool = True, pid: bool = True) -> str:
+    """:data:`PER_LAUNCH` columns per GPU row of ``kinds`` (a query over ``events``), in launch order
+    (``ordered``; a group-by needs no order, and only a grouping by ``pid`` the launching call's pid).
 
     ``pid`` is the launching call's (a PyTorch trace gives GPU rows the device as pid, so the
     launching row's pid is looked up by ``launch_event_id``; other sources fall back on the row's
     own pid).
     """
     wanted = ", ".join("'" + k.replace("'", "''") + "'" for k in kinds)
+    api = "SELECT coalesce(trace_id, '') AS trace_id, event_id, pid FROM events WHERE kind = 'cuda_api'"
+    if not pid:
+        api += " AND false"
+    order = (
+        " ORDER BY coalesce(g.launch_start_ns, g.start_ns) NULLS LAST, g.start_ns NULLS LAST, g.trace_id, g.event_id"
+        if ordered
+        else ""
+    )
     return (
-        "WITH api AS (SELECT coalesce(trace_id, '') AS trace_id, event_id, pid FROM events WHERE kind = 'cuda_api') "
+        f"WITH api AS ({api}) "
         "SELECT g.launch_start_ns AS api_start_ns, g.launch_end_ns - g.launch_start_ns AS api_dur_ns, "
         "CASE WHEN g.queue_ns IS NOT NULL THEN g.launch_end_ns END AS queue_start_ns, g.queue_ns AS queue_dur_ns, "
         "g.start_ns AS kernel_start_ns, g.dur_ns AS kernel_dur_ns, g.wall_ns AS total_dur_ns, "
@@ -90,8 +99,7 @@ def _launches_sql(kinds: Sequence[str]) -> str:
         "CAST(g.device AS BIGINT) AS device, g.context, g.stream, g.launch_name, g.name, g.kind, g.correlation_id, "
         "g.trace_id, g.op_name FROM events g "
         "LEFT JOIN api a ON a.trace_id = coalesce(g.trace_id, '') AND a.event_id = g.launch_event_id "
-        f"WHERE g.kind IN ({wanted}) ORDER BY coalesce(g.launch_start_ns, g.start_ns) NULLS LAST, "
-        "g.start_ns NULLS LAST, g.trace_id, g.event_id"
+        f"WHERE g.kind IN ({wanted}){order}"
     )
 
 
@@ -139,7 +147,7 @@ def summary(
         source = Source(pa.Table.from_pandas(data[list(PER_LAUNCH)], preserve_index=False))
         launches = "SELECT * FROM events"
     else:
-        source, launches = _source(data), _launches_sql(kinds)
+        source, launches = _source(data), _launches_sql(kinds, ordered=False, pid="pid" in keys)
     return _summary(source, launches, keys)
 
 
@@ -250,12 +258,12 @@ def report(
         rows = _per_launch(source, kinds, limit)
         sums = source.arrow(
             f"SELECT count(*) AS n, count(*) - count(api_start_ns) AS no_launch, count(queue_dur_ns) AS queued, "
-            f"total(kernel_dur_ns) AS exec FROM ({_launches_sql(kinds)})"
+            f"total(kernel_dur_ns) AS exec FROM ({_launches_sql(kinds, ordered=False, pid=False)})"
         ).to_pylist()[0]
         figures = LaunchTotals(int(sums["n"]), int(sums["no_launch"]), int(sums["queued"]), int(sums["exec"]))
         return KernelReport(rows, figures, tuple(kinds), None, ())
     keys = GROUPINGS[by] if by in GROUPINGS else tuple(_keys(by))
-    result = _summary(source, _launches_sql(kinds), list(keys))
+    result = _summary(source, _launches_sql(kinds, ordered=False, pid="pid" in keys), list(keys))
     if keys == ("name",):
         result = with_sm_activity(source, result)
     return KernelReport(result.head(limit) if limit else result, totals(result), tuple(kinds), by, keys)

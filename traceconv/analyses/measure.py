@@ -81,7 +81,6 @@ def measure(
     """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
     Y.prepare_calls(source)
-    copy_nodes(source)
     sweeps = B.sweep(
         source,
         "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL",
@@ -93,10 +92,8 @@ def measure(
     source.register("regions", _regions(trees))
     out = []
     for k, (scope, segments) in enumerate(zip(scopes, windows, strict=True)):
-        name = f"scope_{k}"
-        source.register(
-            name, pa.table({"s": pa.array(segments[0], pa.int64()), "e": pa.array(segments[1], pa.int64())})
-        )
+        name = f"in_scope_{k}"
+        source.within(name, segments[0], segments[1])
         out.append(_measure(source, facts, scope, name, trees, k, sweeps[k], thresholds))
     return out, trees
 
@@ -105,17 +102,17 @@ def _measure(
     source: Source,
     facts: Facts,
     scope: Scope,
-    windows: str,
+    within: str,
     trees: Trees,
     k: int,
     swept: tuple[dict[str, DeviceTime], IdleBreakdown],
     thresholds: Thresholds,
 ) -> ScopeStats:
-    scoped = G.in_scope(G.GPU, windows, "anchor")
+    scoped = G.in_scope(G.GPU, within, "anchor")
     gpu_ns = G.gpu_time(source, scoped)
     launch = G.launch_facts(source, scoped)
     busy, idle = swept
-    calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", windows, "start_ns")
+    calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", within, "start_ns")
     return ScopeStats(
         scope=scope,
         gpu=busy,
@@ -170,7 +167,7 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
     )
     source.table(
         "tree_gpu",
-        "SELECT c.tc, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
+        "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
         "rl.event_id AS launch_node, rl.pid AS launch_pid, ro.event_id AS op_node "
         "FROM events g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id "
@@ -191,15 +188,17 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "(PARTITION BY tc, launch_pid ORDER BY launch_start_ns) AS BIGINT) AS cum FROM tree_gpu "
         "WHERE launch_node IS NOT NULL AND launch_start_ns IS NOT NULL GROUP BY tc, launch_pid, launch_start_ns",
     )
-    source.table(
+    source.table(  # the GPU time its process launched up to each NVTX range's end, minus up to before its start
         "tree_process",
-        "WITH nv AS (SELECT tc, event_id, pid, start_ns, end_ns FROM tree_ranges WHERE kind = 1), "
-        "upto AS (SELECT nv.tc, nv.event_id, e.cum FROM nv ASOF LEFT JOIN tree_launches e "
-        "ON nv.tc = e.tc AND nv.pid = e.pid AND nv.end_ns >= e.t), "
-        "before AS (SELECT nv.tc, nv.event_id, b.cum FROM nv ASOF LEFT JOIN tree_launches b "
-        "ON nv.tc = b.tc AND nv.pid = b.pid AND nv.start_ns > b.t) "
-        "SELECT u.tc, u.event_id, coalesce(u.cum, 0) - coalesce(b.cum, 0) AS process_gpu "
-        "FROM upto u JOIN before b USING (tc, event_id)",
+        "WITH nv AS (SELECT tc, event_id, pid, start_ns - 1 AS t, -1 AS sign FROM tree_ranges WHERE kind = 1 "
+        "UNION ALL SELECT tc, event_id, pid, end_ns, 1 FROM tree_ranges WHERE kind = 1) "
+        "SELECT nv.tc, nv.event_id, isum(coalesce(e.cum, 0) * nv.sign) AS process_gpu FROM nv "
+        "ASOF LEFT JOIN tree_launches e ON nv.tc = e.tc AND nv.pid = e.pid AND nv.t >= e.t GROUP BY ALL",
+    )
+    source.table(  # each memcpy row's first node (its launching call, else its operator)
+        "copy_nodes",
+        "SELECT c.trace_id, g.gpu_id AS event_id, coalesce(g.launch_node, g.op_node) AS node FROM tree_gpu g "
+        "JOIN trace_codes c USING (tc) WHERE g.copy",
     )
     source.run("DROP TABLE tree_gpu")
     query = (
@@ -212,18 +211,6 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
     return query, traces
-
-
-def copy_nodes(source: Source) -> None:
-    """The table ``copy_nodes``: each memcpy row's first node (its launching call, else its operator)."""
-    source.table(
-        "copy_nodes",
-        f"WITH r AS (SELECT trace_id, event_id FROM ({HOST_RANGES})) "
-        "SELECT coalesce(g.trace_id, '') AS trace_id, g.event_id, coalesce(rl.event_id, ro.event_id) AS node "
-        "FROM events g LEFT JOIN r rl ON rl.trace_id = coalesce(g.trace_id, '') AND rl.event_id = g.launch_event_id "
-        "LEFT JOIN r ro ON ro.trace_id = coalesce(g.trace_id, '') AND ro.event_id = g.op_event_id "
-        "WHERE g.kind = 'memcpy'",
-    )
 
 
 def _regions(trees: Trees) -> pa.Table:

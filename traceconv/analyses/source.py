@@ -19,15 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+from duckdb.func import PythonUDFType
 
 from traceconv import schema as S
 from traceconv.errors import ResourceError, UsageError
 
 # DuckDB's working memory: enough for the group-bys and the sorts of a large trace without
 # spilling much, small enough that an analysis stays flat as traces grow (bench/README.md).
-MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "256MB")
+MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "192MB")
 
 
 class Source:
@@ -100,6 +103,21 @@ class Source:
     def table(self, name: str, sql: str, params: Sequence[Any] | None = None) -> None:
         """Materialise a query as a temporary table (DuckDB keeps it in its buffer pool, spilling if needed)."""
         self.run(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
+
+    def within(self, name: str, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> None:
+        """The SQL function ``name(t)``: whether the time ``t`` lies in one of the sorted, disjoint
+        windows ``[starts[i], ends[i]]`` (a binary search per batch of rows: an ASOF join against the
+        windows sorted every row it scoped, with all its columns)."""
+
+        def inside(times: pa.Array) -> pa.Array:
+            t = np.asarray(times.fill_null(np.iinfo(np.int64).min).to_numpy(zero_copy_only=False), np.int64)
+            at = np.searchsorted(starts, t, side="right") - 1
+            hit = (at >= 0) & (t <= ends[np.maximum(at, 0)]) if len(starts) else np.zeros(len(t), bool)
+            return pa.array(hit & ~np.asarray(times.is_null().to_numpy(zero_copy_only=False), bool))
+
+        with contextlib.suppress(duckdb.InvalidInputException):
+            self.con.remove_function(name)
+        self.con.create_function(name, inside, ["BIGINT"], "BOOLEAN", type=PythonUDFType.ARROW, side_effects=False)
 
     def register(self, name: str, data: pa.Table | pd.DataFrame) -> None:
         """A small table of ours (windows, name labels) that queries can join."""
