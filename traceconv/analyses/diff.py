@@ -9,7 +9,7 @@ Syncs are given in all and by kind, ``result_waits`` and ``staging``, each with 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -18,6 +18,7 @@ import pyarrow as pa
 from traceconv.analyses import ranks as R
 from traceconv.analyses.findings import Finding, evaluate, ordered
 from traceconv.analyses.measure import Scope, ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import as_source, prepare
 from traceconv.analyses.ranks.compare import RankChange, compare
 from traceconv.analyses.results import (
@@ -39,7 +40,7 @@ from traceconv.analyses.results import (
 )
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
-from traceconv.analyses.summary import DEFAULT_TOP, facts_notes
+from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, utilisation_of
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 
 _OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
@@ -51,6 +52,7 @@ _COPY_MEASURES = ("count", "bytes", "dur_ns")
 class Side:
     stats: ScopeStats
     findings: list[Finding]
+    gpu_metrics: Utilisation = field(default_factory=dict)  # GPU metrics' means in the scope
 
     @property
     def steps(self) -> int:
@@ -90,8 +92,9 @@ def diff(
     for source, f, scope, pr in zip(sources, frames, scopes, per_rank, strict=True):
         assert scope is not None
         stats = measure(source, f, [scope], thresholds)[0][0]
-        found = evaluate(stats, thresholds, f.program)
-        sides.append(Side(stats, ordered(found + pr.findings) if pr is not None else found))
+        u = utilisation_of(source, stats if scope.name == "steps" else None)
+        found = evaluate(stats, thresholds, f.program, u)
+        sides.append(Side(stats, ordered(found + pr.findings) if pr is not None else found, u))
     notes = [
         f"{side}: {n}"
         for side, source, f in zip(("before", "after"), sources, frames, strict=True)
@@ -125,6 +128,7 @@ class SideReport:
     memcpy: dict[str, CopyTotals]
     sync: SyncShares
     findings: list[Finding]
+    gpu_metrics: Utilisation
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ class DeltaReport:
     memcpy: dict[str, CopyChange]
     sync: SyncChanges
     findings: FindingChanges
+    gpu_metrics: Utilisation  # per device, after minus before (points), metrics both sides have
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,7 @@ def side_report(side: Side, top: int) -> SideReport:
             staging=_sync_per(s.sync.staging, n),
         ),
         findings=side.findings,
+        gpu_metrics=side.gpu_metrics,
     )
 
 
@@ -219,7 +225,15 @@ def delta(d: Diff, b: SideReport, a: SideReport, top: int) -> DeltaReport:
             staging=_sync_delta(b.sync.staging, a.sync.staging),
         ),
         findings=_findings_delta(d.before.findings, d.after.findings),
+        gpu_metrics=metrics_delta(b.gpu_metrics, a.gpu_metrics),
     )
+
+
+def metrics_delta(b: Utilisation, a: Utilisation) -> Utilisation:
+    """Per device both sides have: after minus before for each metric both have."""
+    return {
+        dev: {k: round(a[dev][k] - v, 2) for k, v in b[dev].items() if k in a[dev]} for dev in sorted(set(b) & set(a))
+    }
 
 
 def _status(before: float, after: float) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 from traceconv.analyses.fixes import Program, fix, idle_fix, tiny_fix
 from traceconv.analyses.measure import ScopeStats
 from traceconv.analyses.memory import growth
+from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.names import kernel_label, shorten
@@ -41,7 +42,10 @@ CODES = (
     # memory (memory_findings)
     "MEMORY_GROWTH",
     "FRAGMENTATION",
+    "LOW_SM_ACTIVITY",
 )
+# Codes whose value is bad when it is *below* the threshold.
+BELOW = frozenset({"LOW_OCCUPANCY", "LOW_SM_ACTIVITY"})
 SEVERITIES = ("high", "medium", "low")
 HOST_DEVICE = ("HtoD", "DtoH")
 # The step still needs its input: pinning removes the staging and the wait, not the copy.
@@ -72,9 +76,17 @@ OP_HINTS = {
 PYTORCH = Program("pytorch", cuda_graphs=False)
 
 
-def evaluate(stats: ScopeStats, thresholds: Thresholds = DEFAULTS, program: Program = PYTORCH) -> list[Finding]:
-    """The findings of one scope, most severe first."""
+def evaluate(
+    stats: ScopeStats,
+    thresholds: Thresholds = DEFAULTS,
+    program: Program = PYTORCH,
+    utilisation: Utilisation | None = None,
+) -> list[Finding]:
+    """The findings of one scope, most severe first; ``utilisation``: its GPU metrics, if any
+    (:func:`traceconv.analyses.metrics.scope_means`)."""
     out = [f for check in _CHECKS if (f := check(stats, thresholds, program)) is not None]
+    if utilisation and (sm := low_sm_activity(stats, utilisation, thresholds, program)) is not None:
+        out.append(sm)
     return ordered(out)
 
 
@@ -97,7 +109,7 @@ def _severity(value: float, threshold: float, below: bool = False) -> str:
 
 
 def _ratio(f: Finding) -> float:
-    if f.code == "LOW_OCCUPANCY":
+    if f.code in BELOW:
         return f.threshold / f.value if f.value else float("inf")
     return f.value / f.threshold if f.threshold else 0.0
 
@@ -237,9 +249,19 @@ def low_occupancy(stats: ScopeStats, t: Thresholds, program: Program) -> Finding
     names = ", ".join(f"{_short(r)} {r['occupancy_pct']:.0f}% ({ms(r['dur_ns'])})" for _, r in low.iterrows())
     msg = (
         f"kernels run at {value:.0f}% estimated achieved occupancy (time-weighted over {f.occupancy_kernels} "
-        f"kernels); the longest below {t.LOW_OCCUPANCY:.0f}%: {names}. Fix: {fix('LOW_OCCUPANCY', program)}"
+        f"kernels){_limited(f.occupancy_limiters)}; the longest below {t.LOW_OCCUPANCY:.0f}%: {names}. "
+        f"Fix: {fix('LOW_OCCUPANCY', program)}"
     )
     return _make("LOW_OCCUPANCY", value, t.LOW_OCCUPANCY, msg, below=True)
+
+
+def _limited(limiters: dict[str, int]) -> str:
+    """What limits the occupancy, by the kernels' execution time: ", limited by grid 80%, registers 15%"."""
+    total = sum(limiters.values())
+    if not total:
+        return ""
+    said = ", ".join(f"{LIMITERS.get(k, k)} {ns * 100 / total:.0f}%" for k, ns in list(limiters.items())[:3])
+    return f", limited by (share of kernel time) {said}"
 
 
 def tiny_kernels(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
@@ -256,6 +278,40 @@ def tiny_kernels(stats: ScopeStats, t: Thresholds, program: Program) -> Finding 
         f"launch overhead dominates; most frequent: {names}. Fix: {tiny_fix(program)}"
     )
     return _make("TINY_KERNELS", value, t.TINY_KERNELS, msg)
+
+
+# -- GPU metrics (Nsight Systems --gpu-metrics-devices) ----------------------------------------
+LIMITERS = {
+    "grid": "too few blocks in the grid for the SMs",
+    "registers": "registers per thread",
+    "shared_memory": "shared memory per block",
+    "block_size": "block size (warp slots)",
+    "blocks": "blocks per SM",
+}
+
+
+def low_sm_activity(stats: ScopeStats, u: Utilisation, t: Thresholds, program: Program) -> Finding | None:
+    """SMs Active (mean of the samples in the scope) below the threshold while the GPUs run work."""
+    active = {d: m["sm_active_pct"] for d, m in u.items() if "sm_active_pct" in m}
+    window = sum(d.window_ns for d in stats.gpu.values())
+    busy = sum(d.busy_ns for d in stats.gpu.values()) * 100.0 / window if window else 0.0
+    if not active or busy < t.sm_busy_pct or stats.launch.kernels < t.min_kernels:
+        return None
+    device = min(active, key=lambda d: active[d])
+    value = active[device]
+    if value >= t.LOW_SM_ACTIVITY:
+        return None
+    m = u[device]
+    warps = f", compute warps in flight {m['warps_in_flight_pct']:.0f}%" if "warps_in_flight_pct" in m else ""
+    issue = f", SM issue {m['sm_issue_pct']:.0f}%" if "sm_issue_pct" in m else ""
+    f = stats.launch
+    avg = stats.kernels["dur_ns"].sum() / max(f.kernels, 1)
+    msg = (
+        f"SMs active {value:.1f}% of the time on GPU {device} {_where(stats)} (GPU metrics{issue}{warps}) while "
+        f"the GPU runs work {busy:.0f}% of the time: {f.kernels} kernels of {us(avg)} on average leave most SMs "
+        f"without a block. Fix: {fix('LOW_SM_ACTIVITY', program)}"
+    )
+    return _make("LOW_SM_ACTIVITY", value, t.LOW_SM_ACTIVITY, msg, below=True)
 
 
 def _short(row: Any) -> str:

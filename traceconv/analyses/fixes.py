@@ -63,6 +63,13 @@ _FIXES: dict[str, dict[str, str]] = {
         "cuda": "allocate large buffers once and sub-allocate from them (a memory pool: cudaMallocAsync with a "
         "release threshold) instead of many differently sized cudaMalloc calls",
     },
+    "LOW_SM_ACTIVITY": {
+        "pytorch": "launch fewer, larger kernels: merge the small convolutions or GEMMs into one (grouped "
+        "convolutions: conv2d(groups=N); batched GEMMs: torch.bmm over stacked weights), use larger batches, "
+        "or fuse with torch.compile",
+        "cuda": "launch fewer, larger kernels: merge the small convolutions or GEMMs into one launch (grouped "
+        "convolutions, cublasGemmBatched / strided-batched GEMMs), use larger batches, or fuse kernels",
+    },
 }
 
 

@@ -1,7 +1,8 @@
 """The GPU rows of a scope, aggregated in SQL: kernels per name, copies per direction, launch figures.
 
 A GPU row belongs to a scope by its anchor: the start of the call that launched it, or its own
-start when the launch is not in the trace. ``occupancy_pct`` is weighted by execution time;
+start when the launch is not in the trace. ``occupancy_pct`` (the computed estimate, else the
+theoretical occupancy, else Kineto's figure) is weighted by execution time;
 NCCL kernels (which occupy SMs while they wait) are left out of the occupancy figure.
 """
 
@@ -18,7 +19,9 @@ from traceconv.analyses.source import Source
 TOP_OPS = 5
 GPU = (
     "SELECT coalesce(trace_id, '') AS trace_id, event_id, kind, name, short_name, start_ns, end_ns, dur_ns, device, "
-    "launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, occupancy_pct, bytes, "
+    "launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, bytes, "
+    # occupancy: computed from the launch configuration (est, else theoretical), else Kineto's figure
+    "coalesce(est_occupancy_pct, theoretical_occupancy_pct, occupancy_pct) AS occupancy_pct, occupancy_limiter, "
     "copy_kind, src_kind, dst_kind, coalesce(launch_start_ns, start_ns) AS anchor FROM events "
     "WHERE kind IN ('kernel', 'memcpy', 'memset')"
 )
@@ -133,7 +136,18 @@ def launch_facts(source: Source, scoped: str) -> LaunchFacts:
         queued=int(f["queued"]),
         occupancy_pct=float(f["occ_w"] / f["occ_t"]) if f["occ_t"] else None,
         occupancy_kernels=int(f["occ_n"]),
+        occupancy_limiters=occupancy_limiters(source, scoped),
     )
+
+
+def occupancy_limiters(source: Source, scoped: str) -> dict[str, int]:
+    """Execution time of the occupancy-judged kernels (not NCCL) per limiter, largest first."""
+    rows = source.arrow(
+        "SELECT CAST(occupancy_limiter AS VARCHAR) AS lim, total(dur_ns) AS t "
+        f"FROM ({scoped}) WHERE kind = 'kernel' AND occupancy_pct IS NOT NULL AND occupancy_limiter IS NOT NULL "
+        "AND NOT starts_with(lower(coalesce(name, '')), 'nccl') GROUP BY 1 ORDER BY t DESC, lim"
+    ).to_pylist()
+    return {str(r["lim"]): int(r["t"]) for r in rows}
 
 
 def _round(v: Any) -> int | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import metrics as U
 from traceconv.analyses.common import Data
 from traceconv.analyses.source import Source
 from traceconv.errors import UsageError
@@ -263,7 +264,24 @@ def report(
         return KernelReport(rows, figures, tuple(kinds), None, ())
     keys = GROUPINGS[by] if by in GROUPINGS else tuple(_keys(by))
     result = _summary(source, _launches_sql(kinds, ordered=False, pid="pid" in keys), list(keys))
+    if keys == ("name",):
+        result = with_sm_activity(source, result)
     return KernelReport(result.head(limit) if limit else result, totals(result), tuple(kinds), by, keys)
+
+
+def with_sm_activity(source: Source, table: pd.DataFrame) -> pd.DataFrame:
+    """A per-name summary with the GPU metrics inside each name's executions (``sm_active_pct``,
+    ``warps_in_flight_pct``, ``metric_samples``), where the input has GPU metrics."""
+    if not U.has_metrics(source):
+        return table
+    per = U.per_kernel(source).rename(columns={"samples": "metric_samples"})
+    names = table["name"].astype("string")
+    out: pd.DataFrame = table.copy()
+    at = per.set_index("name")
+    for col in U.PER_NAME:
+        out[col] = names.map(at[col]).astype("float64").to_numpy()
+    out["metric_samples"] = names.map(at["metric_samples"]).fillna(0).astype("int64").to_numpy()
+    return out
 
 
 def _keys(by: str | Sequence[str]) -> list[str]:

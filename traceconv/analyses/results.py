@@ -168,6 +168,7 @@ class LaunchFacts:
     queued: int
     occupancy_pct: float | None
     occupancy_kernels: int
+    occupancy_limiters: dict[str, int] = dataclasses.field(default_factory=dict)  # limiter -> execution ns
 
 
 def plain(value: Any) -> Any:

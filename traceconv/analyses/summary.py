@@ -9,7 +9,7 @@ set-up outside them would only blur them). :func:`report` is what the command sh
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import memory as M
+from traceconv.analyses import metrics as U
 from traceconv.analyses import ops as O
 from traceconv.analyses import ranks as R
 from traceconv.analyses.findings import Finding, evaluate, memory_findings, ordered
@@ -55,6 +56,7 @@ class Summary:
     notes: list[str]  # what the reader of the figures should know (warm-up left out, ...)
     sort: str = "gpu_self_ns"  # the operator tables' order: a column
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks, one by one (None: one rank)
+    gpu_metrics: U.Utilisation = field(default_factory=dict)  # per device, GPU metrics' means in the focus scope
 
     @property
     def focus(self) -> ScopeStats:
@@ -104,7 +106,8 @@ def summarize(
     names = window.ops["name"].head(top if top else len(window.ops)).tolist()
     per_rank = R.analyse(source, step_pattern, thresholds) if R.several(source) else None
     memory = M.memory(source, facts.steps, top, facts.window[0])
-    found = evaluate(focus, thresholds, facts.program) + memory_findings(memory, thresholds, facts.program)
+    utilisation = utilisation_of(source, steps)
+    found = evaluate(focus, thresholds, facts.program, utilisation) + memory_findings(memory, thresholds, facts.program)
     return Summary(
         source=facts.source,
         window=window,
@@ -116,7 +119,15 @@ def summarize(
         notes=facts_notes(source, facts, step_pattern) + M.notes(source, memory) + _rank_notes(per_rank),
         sort=SORTS[sort],
         ranks=per_rank.ranks if per_rank is not None else None,
+        gpu_metrics=utilisation,
     )
+
+
+def utilisation_of(source: Source, steps: ScopeStats | None) -> U.Utilisation:
+    """GPU metrics' means over the steps' samples; without steps, over every sample."""
+    if steps is None:
+        return U.scope_means(source)
+    return U.scope_means(source, steps.scope.start_ns, steps.scope.end_ns)
 
 
 def _rank_notes(per_rank: R.RanksReport | None) -> list[str]:
@@ -172,6 +183,7 @@ class SummaryReport:
     thresholds: Thresholds
     notes: list[str]
     sort: str
+    gpu_metrics: U.Utilisation  # per device: GPU metrics' means over the findings' scope
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -197,6 +209,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         notes=s.notes,
         sort=s.sort,
         ranks=s.ranks,
+        gpu_metrics=s.gpu_metrics,
     )
 
 

@@ -23,6 +23,8 @@ class Thresholds:
     STRAGGLER: float = 10.0  # % a rank's compute time (per step when marked) is over the ranks' median
     LOW_OVERLAP: float = 30.0  # % of communication time that runs beside compute, reported *below* this
     COMM_BOUND: float = 20.0  # % of a rank's steps (window without steps) in communication with no compute
+    LOW_SM_ACTIVITY: float = 50.0  # mean SMs Active % (GPU metrics) in the steps, reported *below* this ...
+    sm_busy_pct: float = 5.0  # ... when the GPUs are busy with kernels, copies or memsets this % of the time or more
     gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound"
     min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
     min_cost_ms: float = 1.0  # copy/sync findings: their cost (ms) in the whole scope must reach this ...

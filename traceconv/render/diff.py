@@ -76,6 +76,7 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
         f"{b.bound.verdict} ({b.bound.gpu_busy_pct:.1f}% busy) -> {a.bound.verdict} ({a.bound.gpu_busy_pct:.1f}% busy)"
     )
     _findings(doc, delta.findings)
+    _gpu_metrics(doc, b.gpu_metrics, a.gpu_metrics)
     if d.ranks:
         doc.heading(f"Ranks, per {d.ranks[0].per}")
         doc.table(rank_change_rows(d.ranks), RANK_CHANGE_COLS)
@@ -102,6 +103,19 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
         DELTA_KERNEL_COLS,
     )
     return doc.text()
+
+
+# GPU metrics shown in a diff, as (label, key).
+_METRICS = (("SMs active", "sm_active_pct"), ("warps in flight", "warps_in_flight_pct"), ("SM issue", "sm_issue_pct"))
+
+
+def _gpu_metrics(doc: Doc, b: dict[str, dict[str, float]], a: dict[str, dict[str, float]]) -> None:
+    for dev in sorted(set(b) & set(a)):
+        said = ", ".join(
+            f"{label} {b[dev][k]:.1f}% -> {a[dev][k]:.1f}%" for label, k in _METRICS if k in b[dev] and k in a[dev]
+        )
+        if said:
+            doc.line(f"GPU {dev} metrics (mean of the samples): {said}")
 
 
 def _findings(doc: Doc, f: FindingChanges) -> None:

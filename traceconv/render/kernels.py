@@ -111,6 +111,8 @@ def kernels_text(r: KernelReport, fmt: str, trace: Path, width: int) -> tuple[st
             text += f"\nStart times in ms from {origin} ns."
     else:
         cols = [c for c in kernel_summary_cols(r.keys) if c.source != "no_launch" or r.totals.no_launch]
+        if "sm_active_pct" in shown.columns:  # GPU metrics: the samples inside the name's executions
+            cols.insert(len(cols) - len(r.keys), Col("SMs active (%)", "sm_active_pct", "pct"))
         text = text_table(shown, cols, width)
     return text + "\n" + footer(r) + "\n", None
 

@@ -92,6 +92,7 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
     doc.table(copy_rows(r.memcpy), COPY_COLS)
     _syncs(doc, r)
     memory_section(doc, r.memory)
+    _gpu_metrics(doc, r)
     return doc.text()
 
 
@@ -169,3 +170,22 @@ def _syncs(doc: Doc, r: SummaryReport) -> None:
 def _sync_kinds(s: object, n: int) -> str:
     kinds: list[tuple[str, SyncTally]] = [(w, getattr(s, k)) for k, w in SYNC_KINDS.items()]
     return ", ".join(f"{w} {t.count / n:g}" for w, t in kinds)
+
+
+# -- GPU metrics -------------------------------------------------------------------------------
+METRIC_COLS = [
+    Col("GPU", "device"),
+    Col("SMs active %", "sm_active_pct", "pct"),
+    Col("SM issue %", "sm_issue_pct", "pct"),
+    Col("Warps in flight %", "warps_in_flight_pct", "pct"),
+    Col("Tensor %", "tensor_active_pct", "pct"),
+    Col("DRAM read %", "dram_read_pct", "pct"),
+    Col("DRAM write %", "dram_write_pct", "pct"),
+]
+
+
+def _gpu_metrics(doc: Doc, r: SummaryReport) -> None:
+    if not r.gpu_metrics:
+        return
+    doc.heading(f"GPU metrics, mean of the samples ({_scope_words(r.findings_scope, r.steps)})")
+    doc.table([{"device": dev, **m} for dev, m in r.gpu_metrics.items()], METRIC_COLS)
