@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.fixtures import fixture
+from traceconv.analyses import memory as M
 from traceconv.analyses import summary as SM
-from traceconv.analyses import syncs as Y
 from traceconv.analyses import timeline as T
 from traceconv.analyses.inputs import open_source
 from traceconv.analyses.source import Source
@@ -105,7 +105,7 @@ def test_copies_over_time_hold_every_byte() -> None:
 def test_memory_series_and_peaks_are_the_allocator_totals() -> None:
     with open_source([fixture(PYTORCH)]) as src:
         t = T.series(src, _window(src))
-        peaks = Y.memory_peaks(src)
+        peaks = M.memory(src)
     assert {p.device for p in t.peaks} == {"GPU 0", "host"}
     for p in t.peaks:
         key = "cpu" if p.device == "host" else p.device.removeprefix("GPU ")

@@ -83,6 +83,12 @@ def test_analyses_of_a_v1_file_equal_those_of_the_trace_converted_now(
         pytest.skip("graph_node.sqlite has no autograd NVTX ranges: no operators for ops")
     got, want = (json.loads(_run(*command, str(p), "--format", "json").stdout) for p in (old, new))
     assert Path(got.pop("input", old.name)).name == Path(want.pop("input", new.name)).name == old.name
+    if command == ["summary"]:  # occupancy is computed in v2; a v1 file has only Kineto's (whole percents)
+        for was, now in zip(got["top_kernels"], want["top_kernels"], strict=True):
+            before, after = was.pop("occupancy_pct"), now.pop("occupancy_pct")
+            assert before is None or abs(before - after) < 1.0, was["name"]
+        for d in (got, want):  # judged on the computed occupancy, which a v1 file lacks
+            d["findings"] = [f for f in d["findings"] if f["code"] != "LOW_OCCUPANCY"]
     assert got == want
 
 
