@@ -6,7 +6,7 @@ import errno
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UnsupportedFormatError, UsageError
+from traceconv.parquet_join import Joiner, Piece
 from traceconv.readers import Progress, Reader, open_reader, sniff
 
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
@@ -78,11 +79,20 @@ class WriteResult:
     info: Any = None
 
 
-def _tally(result: WriteResult, table: pa.Table) -> None:
-    result.rows += table.num_rows
-    for kind, count in _kind_counts(table["kind"]):
+Tally = tuple[int, dict[str, int], "int | None", "int | None"]  # rows, rows per kind, first start, last end
+
+
+def tally(table: pa.Table) -> Tally:
+    """What the output's statistics need from one table (pure: runs in worker processes)."""
+    kinds = dict(_kind_counts(table["kind"]))
+    return table.num_rows, kinds, pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
+
+
+def _merge(result: WriteResult, counted: Tally) -> None:
+    rows, kinds, lo, hi = counted
+    result.rows += rows
+    for kind, count in kinds.items():
         result.kinds[kind] = result.kinds.get(kind, 0) + count
-    lo, hi = pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
     if lo is not None:
         result.start_ns = lo if result.start_ns is None else min(result.start_ns, lo)
     if hi is not None:
@@ -107,6 +117,10 @@ def _kind_counts(kind: pa.ChunkedArray | pa.Array) -> list[tuple[Any, int]]:
     return [(item["values"], item["counts"]) for item in counts.to_pylist()]
 
 
+def _tally(result: WriteResult, table: pa.Table) -> None:
+    _merge(result, tally(table))
+
+
 def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     info = reader.info
     stats = {
@@ -127,26 +141,32 @@ def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     }
 
 
+def new_writer(sink: Any) -> Any:
+    """The Parquet writer of every traceconv output, on ``sink``.
+
+    Dictionary pages only where the schema says dictionary: the args JSON never repeats,
+    and trying to dictionary-encode it costs time and size.
+    """
+    return _parquet_writer(
+        sink,
+        compression=COMPRESSION,
+        compression_level=COMPRESSION_LEVEL,
+        use_dictionary=DICTIONARY_COLUMNS,
+        write_statistics=STATISTICS_COLUMNS,
+        data_page_size=DATA_PAGE,
+    )
+
+
 def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> WriteResult:
     """Write to a temporary name beside ``out`` and rename on success: never a half-written file."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     result = WriteResult(path=out)
-    try:
-        # Dictionary pages only where the schema says dictionary: the args JSON never
-        # repeats, and trying to dictionary-encode it costs time and size. A buffered stream:
-        # the writer asks for its position before every page (an lseek on a plain file, 6% of
-        # its time) and writes in small pieces.
+
+    def write(tmp: Path) -> None:
+        # A buffered stream: the writer asks for its position before every page (an lseek on
+        # a plain file, 6% of its time) and writes in small pieces.
         with pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink:
-            writer = _parquet_writer(
-                sink,
-                compression=COMPRESSION,
-                compression_level=COMPRESSION_LEVEL,
-                use_dictionary=DICTIONARY_COLUMNS,
-                write_statistics=STATISTICS_COLUMNS,
-                data_page_size=DATA_PAGE,
-            )
+            writer = new_writer(sink)
             try:
                 # Handed over, not queued: the reader makes the next table while one is encoded, and no
                 # third waits (the writer is the slower side: a queue holds memory and gains no speed).
@@ -163,12 +183,46 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
                 writer.add_key_value_metadata(_metadata(reader, result))
             finally:
                 writer.close()
+
+    _atomic(out, write, tables)
+    result.info = reader.info
+    return result
+
+
+def write_pieces(reader: Reader, pieces: Iterable[tuple[Piece, int | None, Tally]], out: Path) -> WriteResult:
+    """:func:`write_tables` for row groups already encoded (by worker processes): joined in order,
+    the same bytes as :func:`write_tables` writes from their tables (``parquet_join``)."""
+    out = Path(out)
+    result = WriteResult(path=out)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, APPEND_RAW, buffering=0) as sink:
+            joiner = Joiner(sink, new_writer)
+            for piece, source, tally in pieces:
+                joiner.add(piece, source)
+                _merge(result, tally)
+            joiner.finish(_metadata(reader, result))
+
+    _atomic(out, write, pieces)
+    result.info = reader.info
+    return result
+
+
+APPEND_RAW = "xb"  # a new file (the temporary name holds the process id)
+
+
+def _atomic(out: Path, write: Callable[[Path], None], source: Iterable[Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        write(tmp)
         os.replace(tmp, out)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         # Stop the reader now, not when its generator is collected: its temporary files go
         # with it (a traceback kept by the caller would keep them on disk meanwhile).
-        close = getattr(tables, "close", None)
+        close = getattr(source, "close", None)
         if close is not None:
             close()
         if isinstance(exc, OSError) and _no_space(exc):
@@ -179,8 +233,6 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path) -> Write
                 "set TMPDIR to use another place)",
             ) from exc
         raise
-    result.info = reader.info
-    return result
 
 
 def _parquet_writer(sink: pa.NativeFile, **options: Any) -> Any:
@@ -216,6 +268,9 @@ def convert(
 
     check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
+    encoded = getattr(reader, "encoded", None)  # a reader that encodes its row groups itself (in workers)
+    if encoded is not None:
+        return write_pieces(reader, encoded(new_writer, tally), out)
     return write_tables(reader, reader.tables(), out)
 
 
