@@ -269,8 +269,9 @@ def convert(
     check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
     encoded = getattr(reader, "encoded", None)  # a reader that encodes its row groups itself (in workers)
-    if encoded is not None:
-        return write_pieces(reader, encoded(new_writer, tally), out)
+    pieces = encoded(new_writer, tally) if encoded is not None else None
+    if pieces is not None:
+        return write_pieces(reader, pieces, out)
     return write_tables(reader, reader.tables(), out)
 
 

@@ -88,7 +88,7 @@ def _read_task(path: str, offset: int, length: int, handed_over: bool) -> bytes:
 PR_SET_PDEATHSIG = 1  # Linux prctl option
 
 
-def _orphan_proof(inherited: list[Connection]) -> None:
+def orphan_proof(inherited: list[Connection]) -> None:
     """Die with the main process, however it ends (killed, out of memory): Linux sends this
     process SIGKILL then. And close the main process's ends of every pipe inherited by fork:
     held open here, they would keep another worker (or this one) waiting for input forever."""
@@ -133,7 +133,7 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _orphan_proof(inherited)
+    orphan_proof(inherited)
     # Decoding makes millions of objects without cycles; a collection would also walk (and so
     # copy, page by page) every object inherited from the main process.
     gc.disable()
