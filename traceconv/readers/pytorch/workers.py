@@ -44,9 +44,13 @@ if TYPE_CHECKING:  # multiprocessing is imported when workers are started (small
     from multiprocessing.connection import Connection
 
 IN_FLIGHT = 2  # chunks queued per worker: enough to keep it busy, few enough to bound memory
-# Beyond this many the main process (reading, linking, writing Parquet) is the bottleneck,
-# and each worker holds memory of its own (bench/README.md, "Constants").
-MAX_WORKERS = 4
+# Beyond this many the main process (reading, cutting and indexing in pass 1) is the limit
+# (bench/README.md, the scaling curve).
+MAX_WORKERS = 32
+# What a worker may add to the tree's memory at its peak (a pass-2 row group linked and
+# encoded; bench/README.md has the measured figure): the default takes no more workers than
+# half the memory available holds.
+WORKER_MEMORY = 64 << 20
 
 
 class Unsuitable(Exception):
@@ -54,14 +58,27 @@ class Unsuitable(Exception):
 
 
 def worker_count(requested: int | None) -> int:
-    """Workers for pass 1: ``requested`` if given, else one per usable core but this process's
-    (none on one core): the main process converts chunks itself while every worker is busy."""
+    """Worker processes: ``requested`` if given, else one per usable core but this process's
+    (none on one core; the main process converts chunks and row groups itself while every
+    worker is busy), no more than half the available memory holds at :data:`WORKER_MEMORY` each."""
     if sys.platform != "linux" or not hasattr(os, "fork"):
         return 0  # fork is what makes the workers cheap; elsewhere the single process is used
     if requested is not None:
         return max(requested, 0)
     cores = len(os.sched_getaffinity(0))
-    return min(cores - 1, MAX_WORKERS)
+    return max(min(cores - 1, MAX_WORKERS, available_memory() // 2 // WORKER_MEMORY), 0)
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo, in bytes (no limit known: as good as unlimited)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62
 
 
 Taken = tuple[int, dict[str, Any], dict[str, pa.Table]]  # worker, what it wrote, rows for the link index
