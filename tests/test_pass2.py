@@ -52,12 +52,13 @@ def test_pieces_joined_are_one_writers_file(path: Path, small_groups: Path, tmp_
 @pytest.mark.parametrize("path", PARALLEL, ids=lambda p: p.name[:60])
 def test_output_bytes_do_not_depend_on_the_workers(path: Path, small_groups: Path, tmp_path: Path) -> None:
     outputs = {}
-    for workers in (0, 1, 3):
+    for workers in (0, 1, 2, 3):  # 0 and 1: linked here, encoded by one writer; 2, 3: pass 2 in workers
         out = tmp_path / f"w{workers}.parquet"
         tio.convert(path, out, workers=workers, chunk_size=SMALL)
         outputs[workers] = out.read_bytes()
     assert outputs[0][:4] == J.MAGIC
     assert outputs[1] == outputs[0]
+    assert outputs[2] == outputs[0]
     assert outputs[3] == outputs[0]
     assert not os.listdir(small_groups)  # every worker's temporary file is gone
 
@@ -76,9 +77,9 @@ def test_the_main_process_and_the_workers_share_the_row_groups(
 
     monkeypatch.setattr(pass2.GroupPool, "map", spy)
     path = param_path(PARALLEL[-1])
-    tio.convert(path, tmp_path / "a.parquet", workers=1, chunk_size=SMALL)
+    tio.convert(path, tmp_path / "a.parquet", workers=R.PASS2_WORKERS, chunk_size=SMALL)
     count, here = seen
-    assert count > 4 and 0 <= here < count  # the worker took some row groups
+    assert count > 4 and 0 <= here < count  # the workers took some row groups
 
 
 def test_an_error_in_a_worker_is_raised_as_in_one_process(

@@ -41,6 +41,10 @@ PARALLEL_CHUNKS = 6  # smaller traces are done before worker processes would pay
 # an all-null one; larger groups cost the main process memory in pass 2.
 ROW_GROUP_ROWS = 16_000
 GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
+# Pass 2 in worker processes from this many workers on. Below it (two cores) this process
+# links while a thread encodes, as fast as one worker beside it and without that worker's
+# row group in memory (bench/README.md).
+PASS2_WORKERS = 2
 
 
 class StrictDecoder:
@@ -140,7 +144,7 @@ class PytorchReader:
         """The row groups encoded as Parquet by worker processes (``pass2``), in order, with each
         one's ``tally``; None where this trace is converted in one process (``tables`` then)."""
         workers = 0 if self._salvage else worker_count(self._workers)
-        if workers == 0 or self.one_process():
+        if workers < PASS2_WORKERS or self.one_process():
             return None
         return self._encoded(workers, new_writer, tally)
 

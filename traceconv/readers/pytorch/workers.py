@@ -30,13 +30,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from traceconv.process import keep_freed_memory
 from traceconv.readers.pytorch.chunker import Damage
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded
-from traceconv.readers.pytorch.links import extract
+from traceconv.readers.pytorch.links import Prepared, extract, prepare
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import APPEND, SegmentFile, min_start, temporary_path
 
@@ -81,7 +79,7 @@ def available_memory() -> int:
     return 1 << 62
 
 
-Taken = tuple[int, dict[str, Any], dict[str, pa.Table]]  # worker, what it wrote, rows for the link index
+Taken = tuple[int, dict[str, Any], Prepared]  # worker, what it wrote, rows for the link index
 
 
 # glibc keeps this much freed memory in each worker: each chunk allocates and frees about the
@@ -126,7 +124,7 @@ class _Converter:
         self._strict = strict
         self.out = out
 
-    def __call__(self, chunk: bytes, unpadded: bool) -> tuple[dict[str, Any], dict[str, pa.Table]]:
+    def __call__(self, chunk: bytes, unpadded: bool) -> tuple[dict[str, Any], Prepared]:
         # Repairs of older Kineto's invalid JSON are chunk by chunk, as in one process; a cut
         # inside a string, or damage no repair mends, goes back to the main process.
         robust = RobustDecoder(lambda data: self._strict(data, unpadded), Damage(), salvage=False)
@@ -137,7 +135,7 @@ class _Converter:
         pos, length = self.out.write(table)  # only the columns with values (schema.present)
         info = {"pos": pos, "length": length, "rows": table.num_rows, "start": min_start(table)}
         info["repairs"] = dict(repairs)
-        return info, extract(table)
+        return info, prepare(extract(table))
 
 
 def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str, inherited: list[Connection]) -> None:
