@@ -450,6 +450,7 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a tool run is killed")
     parser.add_argument("--shared", type=Path, default=ROOT.parent / "shared", help="the shared/ folder")
+    parser.add_argument("--curve", default="big,x4", help="inputs of the scaling curve (bench/curve.py); '' for none")
     args = parser.parse_args()
     runs = 1 if args.quick else args.runs
     only = set(args.only.split(",")) if args.only else None
@@ -477,6 +478,13 @@ def main() -> None:
     targets = "\n".join(t for t in (nsys_targets(rows), analysis_targets(rows)) if t)
     text = head + "\n" + table(rows) + "\n" + (f"\n{targets}\n" if targets else "")
     print(text)
+    on_curve = [i for i in inputs if i.key in set(args.curve.split(",")) and (only is None or "traceconv" in only)]
+    if on_curve:
+        from curve import curves
+
+        more = "\nScaling curve:\n\n" + curves(on_curve, runs)
+        print(more)
+        text += more
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "latest.md").write_text(text)
 

@@ -7,7 +7,7 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -19,6 +19,7 @@ from traceconv import dataset
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UnsupportedFormatError, UsageError
+from traceconv.parquet_join import Joiner, Piece
 from traceconv.readers import Progress, Reader, open_reader, sniff
 
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
@@ -80,11 +81,20 @@ class WriteResult:
     info: Any = None
 
 
-def _tally(result: WriteResult, table: pa.Table) -> None:
-    result.rows += table.num_rows
-    for kind, count in _kind_counts(table["kind"]):
+Tally = tuple[int, dict[str, int], "int | None", "int | None"]  # rows, rows per kind, first start, last end
+
+
+def tally(table: pa.Table) -> Tally:
+    """What the output's statistics need from one table (pure: runs in worker processes)."""
+    kinds = dict(_kind_counts(table["kind"]))
+    return table.num_rows, kinds, pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
+
+
+def _merge(result: WriteResult, counted: Tally) -> None:
+    rows, kinds, lo, hi = counted
+    result.rows += rows
+    for kind, count in kinds.items():
         result.kinds[kind] = result.kinds.get(kind, 0) + count
-    lo, hi = pc.min(table["start_ns"]).as_py(), pc.max(table["end_ns"]).as_py()
     if lo is not None:
         result.start_ns = lo if result.start_ns is None else min(result.start_ns, lo)
     if hi is not None:
@@ -109,6 +119,10 @@ def _kind_counts(kind: pa.ChunkedArray | pa.Array) -> list[tuple[Any, int]]:
     return [(item["values"], item["counts"]) for item in counts.to_pylist()]
 
 
+def _tally(result: WriteResult, table: pa.Table) -> None:
+    _merge(result, tally(table))
+
+
 def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     info = reader.info
     stats = {
@@ -129,6 +143,22 @@ def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     }
 
 
+def new_writer(sink: Any) -> Any:
+    """The Parquet writer of every traceconv output, on ``sink``.
+
+    Dictionary pages only where the schema says dictionary: the args JSON never repeats,
+    and trying to dictionary-encode it costs time and size.
+    """
+    return _parquet_writer(
+        sink,
+        compression=COMPRESSION,
+        compression_level=COMPRESSION_LEVEL,
+        use_dictionary=DICTIONARY_COLUMNS,
+        write_statistics=STATISTICS_COLUMNS,
+        data_page_size=DATA_PAGE,
+    )
+
+
 def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitioned: bool = False) -> WriteResult:
     """Write to a temporary name beside ``out`` and rename on success: never a half-written file.
 
@@ -136,24 +166,13 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
     the partition of the trace's rank (:mod:`traceconv.dataset`) once complete.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # The host too: writers on several machines may share the output folder (a cluster's run).
-    tmp = out.with_name(f".{out.name}.{socket.gethostname()}-{os.getpid()}.tmp")
     result = WriteResult(path=out)
-    try:
-        # Dictionary pages only where the schema says dictionary: the args JSON never
-        # repeats, and trying to dictionary-encode it costs time and size. A buffered stream:
-        # the writer asks for its position before every page (an lseek on a plain file, 6% of
-        # its time) and writes in small pieces.
+
+    def write(tmp: Path) -> None:
+        # A buffered stream: the writer asks for its position before every page (an lseek on
+        # a plain file, 6% of its time) and writes in small pieces.
         with pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink:
-            writer = _parquet_writer(
-                sink,
-                compression=COMPRESSION,
-                compression_level=COMPRESSION_LEVEL,
-                use_dictionary=DICTIONARY_COLUMNS,
-                write_statistics=STATISTICS_COLUMNS,
-                data_page_size=DATA_PAGE,
-            )
+            writer = new_writer(sink)
             try:
                 # Handed over, not queued: the reader makes the next table while one is encoded, and no
                 # third waits (the writer is the slower side: a queue holds memory and gains no speed).
@@ -170,15 +189,60 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
                 writer.add_key_value_metadata(_metadata(reader, result))
             finally:
                 writer.close()
-        if partitioned:
-            result.path = dataset.place(tmp, out, reader.info.rank)
-        else:
-            os.replace(tmp, out)
+
+    result.path = _atomic(out, write, tables, _placer(reader, out) if partitioned else None)
+    result.info = reader.info
+    return result
+
+
+def write_pieces(
+    reader: Reader, pieces: Iterable[tuple[Piece, int | None, Tally]], out: Path, partitioned: bool = False
+) -> WriteResult:
+    """:func:`write_tables` for row groups already encoded (by worker processes): joined in order,
+    the same bytes as :func:`write_tables` writes from their tables (``parquet_join``)."""
+    out = Path(out)
+    result = WriteResult(path=out)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, APPEND_RAW, buffering=0) as sink:
+            joiner = Joiner(sink, new_writer)
+            for piece, source, tally in pieces:
+                joiner.add(piece, source)
+                _merge(result, tally)
+            joiner.finish(_metadata(reader, result))
+
+    result.path = _atomic(out, write, pieces, _placer(reader, out) if partitioned else None)
+    result.info = reader.info
+    return result
+
+
+def _placer(reader: Reader, out: Path) -> Callable[[Path], Path]:
+    """Where a complete part goes: the partition of its trace's rank, known once it is written."""
+    return lambda tmp: dataset.place(tmp, out, reader.info.rank)
+
+
+APPEND_RAW = "xb"  # a new file (the temporary name holds the process id)
+
+
+def _atomic(
+    out: Path, write: Callable[[Path], None], source: Iterable[Any], finish: Callable[[Path], Path] | None = None
+) -> Path:
+    """``write`` a temporary file beside ``out``, then rename it to ``out`` (or hand it to ``finish``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The host too: writers on several machines may share the output folder (a cluster's run).
+    tmp = out.with_name(f".{out.name}.{socket.gethostname()}-{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        write(tmp)
+        if finish is not None:
+            return finish(tmp)
+        os.replace(tmp, out)
+        return out
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         # Stop the reader now, not when its generator is collected: its temporary files go
         # with it (a traceback kept by the caller would keep them on disk meanwhile).
-        close = getattr(tables, "close", None)
+        close = getattr(source, "close", None)
         if close is not None:
             close()
         if isinstance(exc, OSError) and _no_space(exc):
@@ -189,8 +253,6 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
                 "set TMPDIR to use another place)",
             ) from exc
         raise
-    result.info = reader.info
-    return result
 
 
 def _parquet_writer(sink: pa.NativeFile, **options: Any) -> Any:
@@ -235,6 +297,10 @@ def convert(
 
     check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
+    encoded = getattr(reader, "encoded", None)  # a reader that encodes its row groups itself (in workers)
+    pieces = encoded(new_writer, tally) if encoded is not None else None
+    if pieces is not None:
+        return write_pieces(reader, pieces, out, partitioned=partitioned)
     return write_tables(reader, reader.tables(), out, partitioned=partitioned)
 
 

@@ -54,9 +54,10 @@ _PARTITIONED = click.option(
     "--workers",
     type=click.IntRange(min=0),
     default=None,
-    help="Processes that parse a large trace alongside this one, which parses too while they are "
-    "busy (default: one per core but one, up to 4; 0: parse in this process only). Several small "
-    "traces are converted N+1 at a time (default: one per core).",
+    help="Processes that parse, link and encode a large trace alongside this one, which works too "
+    "while they are busy (default: one per core but one, as many as half the available memory "
+    "holds at 64 MiB each; 0: this process only). Several small traces are converted N+1 at a "
+    "time (default: one per core).",
 )
 @_FORCE
 @_SCHEDULER

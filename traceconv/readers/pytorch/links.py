@@ -81,6 +81,41 @@ def extract(table: pa.Table) -> dict[str, pa.Table]:
     return parts
 
 
+Prepared = dict[str, Any]  # extract's rows as numpy arrays and distinct texts (see prepare)
+
+
+def prepare(parts: dict[str, pa.Table]) -> Prepared:
+    """:func:`extract`'s rows in the form :meth:`LinkIndex.add_parts` takes (pure: runs in worker
+    processes, so that the main process, the limit on many cores, does only the global part):
+    each column as a numpy array, names and labels as their distinct texts and codes."""
+    out: Prepared = {}
+    for key in ("api", "ops"):
+        if key in parts:
+            out[key] = _prepared_rows(parts[key])
+    if "gpu" in parts:
+        sub = parts["gpu"]
+        out["gpu"] = {field: to_numpy(sub[col]) for field, col in _GPU_COLS}
+        out["gpu"]["corr"], out["gpu"]["ext"] = narrow(out["gpu"]["corr"]), narrow(out["gpu"]["ext"])
+    if "meta" in parts:
+        out["meta"] = parts["meta"].to_pylist()
+    return out
+
+
+_GPU_COLS = (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"))
+
+
+def _prepared_rows(sub: pa.Table) -> dict[str, Any]:
+    rows: dict[str, Any] = {field: to_numpy(sub[col]) for field, col in _COLS}
+    rows["names"], rows["name_codes"] = dict_codes(sub["name"].combine_chunks())
+    for field in ("pid", "tid"):
+        rows[field + "_labels"], rows[field + "_label_codes"] = dict_codes(sub[field + "_label"].combine_chunks())
+    for field in ("pid", "tid", "corr", "ext"):  # event ids are narrowed once shifted (add_parts)
+        rows[field] = narrow(rows[field])
+    if "is_cpu" in sub.column_names:
+        rows["is_cpu"] = sub["is_cpu"]
+    return rows
+
+
 def _rows(table: pa.Table, names: list[str], mask: Any) -> pa.Table:
     """``names`` of the rows where ``mask`` holds; a column ``table`` leaves out is nulls."""
     have = set(table.column_names)
@@ -111,17 +146,17 @@ class LinkIndex:
     # -- pass 1 ---------------------------------------------------------------------
     def add(self, table: pa.Table, event_offset: int = 0) -> pa.Table | None:
         """Record API and GPU rows; return the operator rows as a small table for the spill."""
-        return self.add_parts(extract(table), event_offset)
+        return self.add_parts(prepare(extract(table)), event_offset)
 
-    def add_parts(self, parts: dict[str, pa.Table], event_offset: int = 0) -> pa.Table | None:
-        """:meth:`add` for the rows :func:`extract` took from a chunk (event ids shifted by ``event_offset``)."""
+    def add_parts(self, parts: Prepared, event_offset: int = 0) -> pa.Table | None:
+        """:meth:`add` for the rows :func:`prepare` made of a chunk (event ids shifted by ``event_offset``)."""
         if "api" in parts:
             self._take(self._api, parts["api"], event_offset)
         if "gpu" in parts:
             sub = parts["gpu"]
-            for field, col in (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id")):
-                values = to_numpy(sub[col])
-                self._gpu[field].append(narrow(values + event_offset if field == "event_id" else values))
+            self._gpu["event_id"].append(narrow(sub["event_id"] + event_offset))
+            self._gpu["corr"].append(sub["corr"])
+            self._gpu["ext"].append(sub["ext"])
         if "meta" in parts:
             self._names_from_metadata(parts["meta"])
         if "ops" not in parts:
@@ -144,23 +179,22 @@ class LinkIndex:
             out[i] = code
         return out
 
-    def _take(self, store: dict[str, list[I64]], sub: pa.Table, event_offset: int) -> None:
-        distinct, codes = dict_codes(sub["name"].combine_chunks())
-        lut = self._code(distinct)
-        store["name"].append(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1))
-        for field, col in _COLS:
-            store[field].append(to_numpy(sub[col]))
-        store["event_id"][-1] = store["event_id"][-1] + event_offset
+    def _take(self, store: dict[str, list[I64]], rows: dict[str, Any], event_offset: int) -> None:
+        codes = rows["name_codes"]
+        lut = self._code(rows["names"])
+        store["name"].append(narrow(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1)))
+        for field, _ in _COLS:
+            store[field].append(rows[field])
+        store["event_id"][-1] = narrow(rows["event_id"] + event_offset)
         for field in ("pid", "tid"):  # labelled ids ("Spans", "stream 7") get codes of their own
-            labels, codes = dict_codes(sub[field + "_label"].combine_chunks())
+            labels, codes = rows[field + "_labels"], rows[field + "_label_codes"]
             if labels:
                 lut = self._code(labels)
-                store[field][-1] = np.where(codes >= 0, labelled_id(lut[np.maximum(codes, 0)]), store[field][-1])
-        for field in ("event_id", "pid", "tid", "name", "corr", "ext"):  # 32 bits where they fit: kept until linked
-            store[field][-1] = narrow(store[field][-1])
+                ids = np.where(codes >= 0, labelled_id(lut[np.maximum(codes, 0)]), store[field][-1])
+                store[field][-1] = narrow(ids)
 
-    def _names_from_metadata(self, meta: pa.Table) -> None:
-        for row in meta.to_pylist():
+    def _names_from_metadata(self, meta: list[dict[str, Any]]) -> None:
+        for row in meta:
             label = _label(row["args"])
             if label is None:
                 continue

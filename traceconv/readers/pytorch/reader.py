@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from traceconv import schema as S
 from traceconv.errors import TraceconvError
+from traceconv.parquet_join import NewWriter, Piece, encode
 from traceconv.process import paused_gc, return_freed_memory
 from traceconv.readers.arrow_util import identity
 from traceconv.readers.base import GZIP_MAGIC, Progress, TraceInfo, trace_stem, unlaunched_note
@@ -26,6 +27,7 @@ from traceconv.readers.pytorch.chunker import CHUNK, Damage, EventChunks
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded, decode_events
 from traceconv.readers.pytorch.links import LinkIndex
+from traceconv.readers.pytorch.pass2 import Done, GroupPool
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import SegmentFile, Spill, row_groups
 from traceconv.readers.pytorch.times import needs_exact, unpadded_fractions
@@ -39,6 +41,10 @@ PARALLEL_CHUNKS = 6  # smaller traces are done before worker processes would pay
 # an all-null one; larger groups cost the main process memory in pass 2.
 ROW_GROUP_ROWS = 16_000
 GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
+# Pass 2 in worker processes from this many workers on. Below it (two cores) this process
+# links while a thread encodes, as fast as one worker beside it and without that worker's
+# row group in memory (bench/README.md).
+PASS2_WORKERS = 2
 
 
 class StrictDecoder:
@@ -104,6 +110,7 @@ class PytorchReader:
         self.workers_used = 0  # worker processes that did pass 1 (0: this process did)
         self.chunks_here = 0  # with workers: the chunks this process converted while they were busy
         self._decode_strict = StrictDecoder()
+        self._devices = Devices.kineto(None)  # the GPUs' properties, read with the metadata (pass 2)
 
     def one_process(self) -> bool:
         """Whether this trace is converted in this process alone (too small for workers to pay)."""
@@ -125,6 +132,43 @@ class PytorchReader:
         return self._decode_strict(chunk, self._detect_unpadded(chunk))
 
     def tables(self) -> Iterator[pa.Table]:
+        index, spill, base = self._prepared()
+        try:
+            for group in row_groups(spill, ROW_GROUP_ROWS):
+                yield self._group(index, group, base)
+        finally:
+            spill.close()
+        self._finish(index)
+
+    def encoded(self, new_writer: NewWriter, tally: Callable[[pa.Table], Any]) -> Iterator[Done] | None:
+        """The row groups encoded as Parquet by worker processes (``pass2``), in order, with each
+        one's ``tally``; None where this trace is converted in one process (``tables`` then)."""
+        workers = 0 if self._salvage else worker_count(self._workers)
+        if workers < PASS2_WORKERS or self.one_process():
+            return None
+        return self._encoded(workers, new_writer, tally)
+
+    def _encoded(self, workers: int, new_writer: NewWriter, tally: Callable[[pa.Table], Any]) -> Iterator[Done]:
+        index, spill, base = self._prepared()
+        try:
+            groups = spill.groups(ROW_GROUP_ROWS)
+
+            def convert(number: int) -> tuple[Piece, tuple[Any, int]]:
+                before = index.unlaunched  # counted by the caller, from every process's reply
+                table = self._group(index, spill.tables(groups[number]), base)
+                unlaunched, index.unlaunched = index.unlaunched - before, before
+                return encode(table, new_writer), (tally(table), unlaunched)
+
+            with GroupPool(workers, convert) as pool:
+                for piece, source, (counted, unlaunched) in pool.map(len(groups)):
+                    index.unlaunched += unlaunched
+                    yield piece, source, counted
+        finally:
+            spill.close()
+        self._finish(index)
+
+    def _prepared(self) -> tuple[LinkIndex, Spill, int]:
+        """Pass 1 (in worker processes where it pays) and the link index: what every row group needs."""
         size = os.path.getsize(self.path)
         progress = (lambda done: self._progress(done, size)) if self._progress else None  # type: ignore[misc]
         workers = 0 if self._salvage else worker_count(self._workers)
@@ -141,16 +185,21 @@ class PytorchReader:
                 index.finalize(op_spill, self._events)
             finally:
                 op_spill.close()
-            return_freed_memory()
-            base = int(self.info.metadata.get("baseTimeNanoseconds") or 0)
-            devices = Devices.kineto(self.info.metadata.get("deviceProperties"))
-            for group in row_groups(spill, ROW_GROUP_ROWS):
-                wide = pa.concat_tables(
-                    [S.conform(dict(zip(t.column_names, t.columns, strict=True)), t.num_rows) for t in group]
-                )
-                yield _stamp(with_occupancy(index.resolve(wide, base), devices), self.info)
-        finally:
+        except BaseException:
             spill.close()
+            raise
+        return_freed_memory()
+        self._devices = Devices.kineto(self.info.metadata.get("deviceProperties"))
+        return index, spill, int(self.info.metadata.get("baseTimeNanoseconds") or 0)
+
+    def _group(self, index: LinkIndex, group: list[pa.Table], base: int) -> pa.Table:
+        """One row group's tables, linked and stamped (pure given the index: runs in pass-2 workers)."""
+        wide = pa.concat_tables(
+            [S.conform(dict(zip(t.column_names, t.columns, strict=True)), t.num_rows) for t in group]
+        )
+        return _stamp(with_occupancy(index.resolve(wide, base), self._devices), self.info)
+
+    def _finish(self, index: LinkIndex) -> None:
         self.info.counters["events"] = self._events
         if index.unlaunched:
             self.info.counters["gpu_rows_without_launch"] = index.unlaunched
@@ -196,7 +245,7 @@ class PytorchReader:
                 ops = index.add_parts(parts, self._events)
                 if ops is not None:
                     op_spill.append(ops)
-                spill.add_segment(files[worker], info["pos"], info["length"], self._events, info["start"])
+                spill.add_segment(files[worker], info["pos"], info["length"], self._events, info["start"], info["rows"])
                 self._events += info["rows"]
                 repairs.update(info["repairs"])
 

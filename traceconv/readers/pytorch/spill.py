@@ -102,6 +102,7 @@ class Spill:
 
     def __init__(self, memory: int = SPILL_BYTES) -> None:
         self._entries: list[tuple[Any, ...]] = []
+        self._rows: list[int] = []  # each entry's
         self._bytes = 0
         self._memory = memory
         self._file: SegmentFile | None = None
@@ -116,44 +117,71 @@ class Spill:
         self._start(min_start(table))
         if self._file is None and self._bytes + table.nbytes <= self._memory:
             self._entries.append((table,))
+            self._rows.append(table.num_rows)
             self._bytes += table.nbytes
             return
         if self._file is None:
             self._file = SegmentFile()
             self._files.append(self._file)
         self._entries.append((self._file, *self._file.write(table), 0))
+        self._rows.append(table.num_rows)
 
     def adopt(self, file: SegmentFile) -> SegmentFile:
         """A file another process writes segments to; removed with this spill."""
         self._files.append(file)
         return file
 
-    def add_segment(self, file: SegmentFile, pos: int, length: int, event_offset: int, start: int | None) -> None:
+    def add_segment(
+        self, file: SegmentFile, pos: int, length: int, event_offset: int, start: int | None, rows: int
+    ) -> None:
         """A table a worker wrote to (an adopted) ``file``; its event ids get ``event_offset`` added when read."""
         self._start(start)
         self._entries.append((file, pos, length, event_offset))
+        self._rows.append(rows)
 
     def __iter__(self) -> Iterator[pa.Table]:
         for file in self._files:
             file.close_writer()
         self._entries.reverse()
+        self._rows = []
         while self._entries:
-            entry = self._entries.pop()
-            if len(entry) == 1:
-                yield entry[0]
-                continue
-            file, pos, length, offset = entry
-            table = file.read(pos, length)
-            if offset:
-                at = table.schema.get_field_index("event_id")
-                table = table.set_column(at, "event_id", pc.add(table["event_id"], offset))
-            yield table
+            yield _table(self._entries.pop())
+
+    def groups(self, rows: int) -> list[range]:
+        """The entries of each row group, as :func:`row_groups` gathers them (for :meth:`tables`)."""
+        for file in self._files:
+            file.close_writer()
+        out, first, have = [], 0, 0
+        for i, n in enumerate(self._rows):
+            have += n
+            if have >= rows:
+                out.append(range(first, i + 1))
+                first, have = i + 1, 0
+        if first < len(self._rows):
+            out.append(range(first, len(self._rows)))
+        return out
+
+    def tables(self, entries: range) -> list[pa.Table]:
+        """The tables of ``entries`` (kept: also readable by processes forked after pass 1)."""
+        return [_table(self._entries[i]) for i in entries]
 
     def close(self) -> None:
-        self._entries = []
+        self._entries, self._rows = [], []
         for file in self._files:
             file.remove()
         self._files = []
+
+
+def _table(entry: tuple[Any, ...]) -> pa.Table:
+    if len(entry) == 1:
+        table: pa.Table = entry[0]
+        return table
+    file, pos, length, offset = entry
+    table = file.read(pos, length)
+    if offset:
+        at = table.schema.get_field_index("event_id")
+        table = table.set_column(at, "event_id", pc.add(table["event_id"], offset))
+    return table
 
 
 def row_groups(tables: Iterable[pa.Table], rows: int) -> Iterator[list[pa.Table]]:

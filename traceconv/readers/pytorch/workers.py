@@ -30,13 +30,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from traceconv.process import keep_freed_memory
 from traceconv.readers.pytorch.chunker import Damage
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded
-from traceconv.readers.pytorch.links import extract
+from traceconv.readers.pytorch.links import Prepared, extract, prepare
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import APPEND, SegmentFile, min_start, temporary_path
 
@@ -44,9 +42,13 @@ if TYPE_CHECKING:  # multiprocessing is imported when workers are started (small
     from multiprocessing.connection import Connection
 
 IN_FLIGHT = 2  # chunks queued per worker: enough to keep it busy, few enough to bound memory
-# Beyond this many the main process (reading, linking, writing Parquet) is the bottleneck,
-# and each worker holds memory of its own (bench/README.md, "Constants").
-MAX_WORKERS = 4
+# Beyond this many the main process (reading, cutting and indexing in pass 1) is the limit
+# (bench/README.md, the scaling curve).
+MAX_WORKERS = 32
+# What a worker may add to the tree's memory at its peak (a pass-2 row group linked and
+# encoded; bench/README.md has the measured figure): the default takes no more workers than
+# half the memory available holds.
+WORKER_MEMORY = 64 << 20
 
 
 class Unsuitable(Exception):
@@ -54,17 +56,30 @@ class Unsuitable(Exception):
 
 
 def worker_count(requested: int | None) -> int:
-    """Workers for pass 1: ``requested`` if given, else one per usable core but this process's
-    (none on one core): the main process converts chunks itself while every worker is busy."""
+    """Worker processes: ``requested`` if given, else one per usable core but this process's
+    (none on one core; the main process converts chunks and row groups itself while every
+    worker is busy), no more than half the available memory holds at :data:`WORKER_MEMORY` each."""
     if sys.platform != "linux" or not hasattr(os, "fork"):
         return 0  # fork is what makes the workers cheap; elsewhere the single process is used
     if requested is not None:
         return max(requested, 0)
     cores = len(os.sched_getaffinity(0))
-    return min(cores - 1, MAX_WORKERS)
+    return max(min(cores - 1, MAX_WORKERS, available_memory() // 2 // WORKER_MEMORY), 0)
 
 
-Taken = tuple[int, dict[str, Any], dict[str, pa.Table]]  # worker, what it wrote, rows for the link index
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo, in bytes (no limit known: as good as unlimited)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62
+
+
+Taken = tuple[int, dict[str, Any], Prepared]  # worker, what it wrote, rows for the link index
 
 
 # glibc keeps this much freed memory in each worker: each chunk allocates and frees about the
@@ -88,7 +103,7 @@ def _read_task(path: str, offset: int, length: int, handed_over: bool) -> bytes:
 PR_SET_PDEATHSIG = 1  # Linux prctl option
 
 
-def _orphan_proof(inherited: list[Connection]) -> None:
+def orphan_proof(inherited: list[Connection]) -> None:
     """Die with the main process, however it ends (killed, out of memory): Linux sends this
     process SIGKILL then. And close the main process's ends of every pipe inherited by fork:
     held open here, they would keep another worker (or this one) waiting for input forever."""
@@ -109,7 +124,7 @@ class _Converter:
         self._strict = strict
         self.out = out
 
-    def __call__(self, chunk: bytes, unpadded: bool) -> tuple[dict[str, Any], dict[str, pa.Table]]:
+    def __call__(self, chunk: bytes, unpadded: bool) -> tuple[dict[str, Any], Prepared]:
         # Repairs of older Kineto's invalid JSON are chunk by chunk, as in one process; a cut
         # inside a string, or damage no repair mends, goes back to the main process.
         robust = RobustDecoder(lambda data: self._strict(data, unpadded), Damage(), salvage=False)
@@ -120,7 +135,7 @@ class _Converter:
         pos, length = self.out.write(table)  # only the columns with values (schema.present)
         info = {"pos": pos, "length": length, "rows": table.num_rows, "start": min_start(table)}
         info["repairs"] = dict(repairs)
-        return info, extract(table)
+        return info, prepare(extract(table))
 
 
 def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str, inherited: list[Connection]) -> None:
@@ -133,7 +148,7 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _orphan_proof(inherited)
+    orphan_proof(inherited)
     # Decoding makes millions of objects without cycles; a collection would also walk (and so
     # copy, page by page) every object inherited from the main process.
     gc.disable()

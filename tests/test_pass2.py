@@ -1,0 +1,100 @@
+"""Pass 2 in worker processes: row groups encoded apart and joined give the bytes of one writer."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from traceconv import io as tio
+from traceconv import parquet_join as J
+from traceconv import thrift as T
+from traceconv.readers.pytorch import reader as R
+from traceconv.readers.pytorch.links import LinkIndex
+
+from .conftest import param_path, real_files
+
+SMALL = 32 << 10  # small chunks and row groups, so that even small real traces make many of each
+GROUP_ROWS = 1500
+TRACES = real_files("pytorch", ("*.json", "*.json.gz"))
+PARALLEL = [  # the traces large enough for workers at SMALL chunks (a .gz counts as 8x its size)
+    p
+    for p in TRACES
+    if param_path(p).stat().st_size * (8 if param_path(p).suffix == ".gz" else 1) > R.PARALLEL_CHUNKS * SMALL
+]
+
+
+@pytest.fixture
+def small_groups(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setattr(R, "ROW_GROUP_ROWS", GROUP_ROWS)  # forked workers inherit it
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:60])
+def test_pieces_joined_are_one_writers_file(path: Path, small_groups: Path, tmp_path: Path) -> None:
+    reader = R.PytorchReader(path, workers=0)
+    tables = list(reader.tables())
+    tio.write_tables(reader, tables, tmp_path / "one.parquet")
+    pieces = [(J.encode(t, tio.new_writer), None, tio.tally(t)) for t in tables]
+    tio.write_pieces(reader, pieces, tmp_path / "joined.parquet")
+    one = (tmp_path / "one.parquet").read_bytes()
+    assert (tmp_path / "joined.parquet").read_bytes() == one
+    footer = one[-8 - int.from_bytes(one[-8:-4], "little") : -8]
+    assert T.encode(T.decode(footer)) == footer  # the codec writes back what it read
+
+
+@pytest.mark.parametrize("path", PARALLEL, ids=lambda p: p.name[:60])
+def test_output_bytes_do_not_depend_on_the_workers(path: Path, small_groups: Path, tmp_path: Path) -> None:
+    outputs = {}
+    for workers in (0, 1, 2, 3):  # 0 and 1: linked here, encoded by one writer; 2, 3: pass 2 in workers
+        out = tmp_path / f"w{workers}.parquet"
+        tio.convert(path, out, workers=workers, chunk_size=SMALL)
+        outputs[workers] = out.read_bytes()
+    assert outputs[0][:4] == J.MAGIC
+    assert outputs[1] == outputs[0]
+    assert outputs[2] == outputs[0]
+    assert outputs[3] == outputs[0]
+    assert not os.listdir(small_groups)  # every worker's temporary file is gone
+
+
+def test_the_main_process_and_the_workers_share_the_row_groups(
+    small_groups: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceconv.readers.pytorch import pass2
+
+    seen: list[int] = []
+    real_map = pass2.GroupPool.map
+
+    def spy(self: pass2.GroupPool, count: int):  # type: ignore[no-untyped-def]
+        yield from real_map(self, count)
+        seen.extend([count, self.converted_here])
+
+    monkeypatch.setattr(pass2.GroupPool, "map", spy)
+    path = param_path(PARALLEL[-1])
+    tio.convert(path, tmp_path / "a.parquet", workers=R.PASS2_WORKERS, chunk_size=SMALL)
+    count, here = seen
+    assert count > 4 and 0 <= here < count  # the workers took some row groups
+
+
+def test_an_error_in_a_worker_is_raised_as_in_one_process(
+    small_groups: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = LinkIndex.resolve
+
+    def broken(self: LinkIndex, table: pa.Table, base_ns: int) -> pa.Table:
+        if table.num_rows and table["event_id"][0].as_py() > 2 * GROUP_ROWS:
+            raise ValueError("broken on purpose")
+        return real(self, table, base_ns)
+
+    monkeypatch.setattr(LinkIndex, "resolve", broken)
+    out = tmp_path / "x.parquet"
+    with pytest.raises(ValueError, match="broken on purpose"):
+        tio.convert(param_path(PARALLEL[-1]), out, workers=2, chunk_size=SMALL)
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not os.listdir(small_groups)

@@ -1,0 +1,152 @@
+"""Pass 2 on several cores: row groups linked, stamped and encoded as Parquet in forked worker processes.
+
+Once the link index is built (the one global step), each row group is independent: its
+tables are read back from the spill, linked through the index, stamped and encoded as a
+Parquet row group (``parquet_join.encode``). Worker processes forked at that moment inherit
+the index and the spill's entries (copy-on-write, nothing is sent); a task is a row group's
+number. A worker appends each encoded row group to a temporary file of its own and replies
+with where it is and its metadata; the main process takes the replies in row-group order and
+copies the bytes into the output (``copy_file_range``: no copy through this process), so the
+file is the one a single writer makes. When every worker has :data:`IN_FLIGHT` row groups
+queued, the main process converts the next one itself (on two cores: one worker and the main
+process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from traceconv.parquet_join import Piece
+from traceconv.process import keep_freed_memory
+from traceconv.readers.pytorch.spill import APPEND, temporary_path
+from traceconv.readers.pytorch.workers import IN_FLIGHT, TOP_PAD, orphan_proof
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+# A row group's number -> its encoded row group and what else the caller wants back (picklable).
+Convert = Callable[[int], tuple[Piece, Any]]
+Done = tuple[Piece, "int | None", Any]  # the piece, the file its bytes are in (None: in piece.data), extra
+
+
+def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connection]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    orphan_proof(inherited)
+    gc.disable()  # a collection would walk (and so copy, page by page) every inherited object
+    keep_freed_memory(TOP_PAD)
+    with open(path, APPEND) as out:
+        while True:
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                break
+            if task is None:
+                break
+            try:
+                piece, extra = convert(task)
+                assert piece.data is not None
+                piece.pos = out.tell()
+                out.write(piece.data)
+                out.flush()  # before the reply: the main process copies from the file
+                piece.data = None
+                conn.send((task, True, piece, extra))
+            except Exception as exc:  # the main process converts this row group itself, raising
+                conn.send((task, False, f"{type(exc).__name__}: {exc}", None))
+
+
+class GroupPool:
+    """``workers`` forked processes running ``convert``; :meth:`map` yields results in order."""
+
+    def __init__(self, workers: int, convert: Convert) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self._convert = convert
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        self._files: list[str] = []
+        self._fds: list[int] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: see workers.ChunkPool
+            for _ in range(workers):
+                path = temporary_path()
+                self._files.append(path)
+                parent, child = ctx.Pipe(duplex=True)
+                inherited = [*self._conns, parent]
+                proc = ctx.Process(
+                    target=_serve, args=(child, convert, path, inherited), daemon=True, name="traceconv-pass2"
+                )
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+                self._fds.append(os.open(path, os.O_RDONLY))
+        self.converted_here = 0
+
+    def map(self, count: int) -> Iterator[Done]:
+        """Row groups 0 .. count-1, converted, in order."""
+        pending: deque[tuple[int, int, Any]] = deque()  # (group, worker or -1: here, result done here)
+        load = [0] * len(self._conns)
+        for group in range(count):
+            while pending and (pending[0][1] < 0 or self._conns[pending[0][1]].poll()):
+                yield self._take(pending, load)
+            worker = min(range(len(load)), key=load.__getitem__) if load else -1
+            if worker < 0 or load[worker] >= IN_FLIGHT:
+                pending.append((group, -1, self._convert(group)))
+                self.converted_here += 1
+                continue
+            self._conns[worker].send(group)
+            pending.append((group, worker, None))
+            load[worker] += 1
+        while pending:
+            yield self._take(pending, load)
+
+    def _take(self, pending: deque[tuple[int, int, Any]], load: list[int]) -> Done:
+        group, worker, local = pending.popleft()
+        if worker < 0:
+            piece, extra = local
+            return piece, None, extra
+        try:
+            seq, ok, piece, extra = self._conns[worker].recv()
+        except (EOFError, OSError) as exc:
+            raise RuntimeError(f"a pass-2 worker stopped ({exc or 'no reply'})") from None
+        load[worker] -= 1
+        assert seq == group, (seq, group)
+        if not ok:  # the same work here raises the error with its traceback
+            piece, extra = self._convert(group)
+            return piece, None, extra
+        return piece, self._fds[worker], extra
+
+    def close(self, kill: bool = False) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for proc in self._procs:
+            if kill:
+                proc.kill()
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        for fd in self._fds:
+            os.close(fd)
+        for path in self._files:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self._conns, self._procs, self._fds, self._files = [], [], [], []
+
+    def __enter__(self) -> GroupPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(kill=exc[0] is not None)
