@@ -15,10 +15,10 @@ import pytest
 
 import traceconv
 from traceconv.errors import TraceconvError
-from traceconv.io import write_tables
 from traceconv.readers.pytorch import reader as pytorch
 from traceconv.readers.pytorch.chunker import EventChunks
 from traceconv.readers.pytorch.spill import SegmentFile, row_groups
+from traceconv.writing import write_tables
 
 from .conftest import fixture
 
@@ -73,7 +73,7 @@ def test_importing_the_library_leaves_the_allocator_alone() -> None:
 
 
 def test_the_api_is_imported_on_first_use() -> None:
-    assert traceconv.convert.__module__ == "traceconv.io"
+    assert traceconv.convert.__module__ == "traceconv.writing"
     assert traceconv.SCHEMA.names[0] and traceconv.SCHEMA_VERSION
     assert {"convert", "read_unified", "SCHEMA"} <= set(dir(traceconv))
     with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
@@ -148,7 +148,7 @@ def test_parquet_pages_are_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """1 MiB pages (pyarrow's default) cost the writer thread ~6 MiB more for the args text."""
     import pyarrow._parquet as _pq
 
-    import traceconv.io as tio
+    import traceconv.writing as tio
 
     seen: dict[str, object] = {}
     real = _pq.ParquetWriter
@@ -166,7 +166,7 @@ def test_parquet_pages_are_small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_writer_is_pyarrow_parquets_without_its_filesystems(tmp_path: Path) -> None:
     """The writer class made directly writes the very bytes pyarrow.parquet's wrapper writes, and
     a conversion never imports pyarrow.fs (S3, GCS, Azure, HDFS, OpenSSL: ~7.5 MiB of RSS)."""
-    import traceconv.io as tio
+    import traceconv.writing as tio
     from traceconv import schema as S
 
     table = pa.concat_tables(pytorch.PytorchReader(TRACE, workers=0).tables()).slice(0, 5000)
@@ -224,7 +224,7 @@ def test_annotations_spilled_to_a_file_link_as_in_memory(tmp_path: Path, monkeyp
 def test_the_public_writer_serves_where_the_inner_one_differs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pyarrow whose inner writer class takes other options (here: one it does not know):
     the conversion uses pyarrow.parquet.ParquetWriter instead and writes the same file."""
-    import traceconv.io as tio
+    import traceconv.writing as tio
 
     traceconv.convert(TRACE, tmp_path / "inner.parquet", workers=0)
     monkeypatch.setattr(tio, "WRITER_DEFAULTS", {**tio.WRITER_DEFAULTS, "an_option_of_another_version": 1})

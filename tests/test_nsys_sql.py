@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceconv
-from traceconv import io
 from traceconv import schema as S
+from traceconv import writing
 from traceconv.errors import InputError
 from traceconv.readers.nsys import sql as nsys_sql
 from traceconv.readers.nsys.sql import Database
@@ -109,12 +109,12 @@ def test_the_fallback_reads_every_table_alone(hand_made: Path, csv_only: None) -
 
 
 def test_statistics_only_on_the_columns_users_filter_on(tmp_path: Path) -> None:
-    assert set(io.STATISTICS_COLUMNS) <= set(S.NAMES)
+    assert set(writing.STATISTICS_COLUMNS) <= set(S.NAMES)
     out = tmp_path / "fixed.parquet"
     traceconv.convert(FIXED, out)
     group = pq.read_metadata(out).row_group(0)
     with_stats = {group.column(i).path_in_schema for i in range(group.num_columns) if group.column(i).is_stats_set}
-    assert with_stats == set(io.STATISTICS_COLUMNS)
+    assert with_stats == set(writing.STATISTICS_COLUMNS)
 
 
 def test_converting_imports_no_pandas(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceconv import io as tio
+from traceconv import writing as tio
 from traceconv.cli import main
 from traceconv.readers.pytorch import spill
 

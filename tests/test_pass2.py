@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from traceconv import io as tio
 from traceconv import parquet_join as J
 from traceconv import thrift as T
+from traceconv import writing as tio
 from traceconv.readers.pytorch import reader as R
 from traceconv.readers.pytorch.links import LinkIndex
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from traceconv.errors import TraceconvError
 
 if TYPE_CHECKING:
-    from traceconv.io import convert, read, read_table, read_unified, trace_metadata
+    from traceconv.io import read_table, read_unified, trace_metadata
     from traceconv.schema import SCHEMA, SCHEMA_VERSION
+    from traceconv.writing import convert, read
 
 __version__ = "0.1.0"
 __all__ = [
@@ -29,8 +30,8 @@ __all__ = [
 _LAZY = {
     "SCHEMA": "traceconv.schema",
     "SCHEMA_VERSION": "traceconv.schema",
-    "convert": "traceconv.io",
-    "read": "traceconv.io",
+    "convert": "traceconv.writing",
+    "read": "traceconv.writing",
     "read_table": "traceconv.io",
     "read_unified": "traceconv.io",
     "trace_metadata": "traceconv.io",

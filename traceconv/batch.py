@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from traceconv.ingest import Job
-from traceconv.io import WriteResult, convert
+from traceconv.writing import WriteResult, convert
 
 
 def processes_for(jobs: Sequence[Job], fmt: str | None, workers: int | None = None) -> int:

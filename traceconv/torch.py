@@ -36,7 +36,7 @@ except ImportError as exc:  # torch is an optional extra: say how to get it, onc
     ) from exc
 
 from traceconv.errors import TraceconvError
-from traceconv.io import WriteResult, convert
+from traceconv.writing import WriteResult, convert
 
 __all__ = ["ParquetHandler", "default_worker_name", "parquet_handler"]
 

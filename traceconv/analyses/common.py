@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceconv import io
+from traceconv import io, writing
 from traceconv import schema as S
 from traceconv.analyses import inputs
 from traceconv.errors import UsageError
@@ -33,7 +33,7 @@ def load(
 
     Parquet (a file recognised by its magic bytes, or a directory of them) is read with
     :func:`traceconv.io.read_table`; anything else is converted in memory with
-    :func:`traceconv.io.read`. ``columns`` and ``kinds`` narrow the result (and the Parquet
+    :func:`traceconv.writing.read`. ``columns`` and ``kinds`` narrow the result (and the Parquet
     read). What a user should know about the input (trace files beside Parquet files that were
     not read) is appended to ``notes``. Inputs that mix PyTorch traces and Nsight Systems
     exports are refused: their operators and ranges are not the same thing.
@@ -55,7 +55,7 @@ def load(
 
 def _converted(path: Path, columns: Sequence[str] | None, kinds: Sequence[str] | None) -> pa.Table:
     with inputs.salvage_hint(path):
-        table = io.read(path)
+        table = writing.read(path)
     if kinds is not None:
         table = table.filter(pc.is_in(table["kind"].cast(pa.string()), pa.array(list(kinds), pa.string())))
     return table.select(list(columns)) if columns is not None else table

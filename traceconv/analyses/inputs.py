@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from traceconv import dataset, io
+from traceconv import dataset, io, writing
 from traceconv.analyses.source import Source
 from traceconv.errors import InputError, TraceconvError, UsageError
 from traceconv.readers import Progress
@@ -128,5 +128,5 @@ def one_source(sources: Iterable[object], paths: Sequence[Path]) -> None:
 def _converted(path: Path, temporary: Path, progress: Progress | None) -> Path:
     out = temporary / f"{len(list(temporary.iterdir())):04d}-{trace_stem(path)}.parquet"
     with salvage_hint(path):
-        io.convert(path, out, progress=progress)
+        writing.convert(path, out, progress=progress)
     return out

@@ -23,7 +23,7 @@ from traceconv.ingest import Job
 from traceconv.readers.base import ignored_option
 
 if TYPE_CHECKING:  # pyarrow is loaded only once the process is set up (run_tasks)
-    from traceconv.io import WriteResult
+    from traceconv.writing import WriteResult
 
 Done = tuple[Job, "WriteResult", float]
 
@@ -75,7 +75,7 @@ def _results(tasks: Sequence[Task], scheduler: str | None) -> Iterator[Done]:
 
 
 def _one_by_one(tasks: Sequence[Task]) -> Iterator[Done]:
-    from traceconv.io import convert
+    from traceconv.writing import convert
 
     for task in tasks:
         job = task.job

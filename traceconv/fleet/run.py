@@ -22,7 +22,7 @@ from traceconv.errors import TraceconvError
 from traceconv.ingest import Job
 
 if TYPE_CHECKING:
-    from traceconv.io import WriteResult
+    from traceconv.writing import WriteResult
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ def convert_task(source: str, output: str, fmt: str | None, partitioned: bool, o
     """What a worker runs: (WriteResult, seconds). One process per task: a worker's process may
     not fork the PyTorch reader's parsing processes (Dask's are daemons), so it parses alone."""
     from traceconv import process
-    from traceconv.io import convert
     from traceconv.readers import sniff
+    from traceconv.writing import convert
 
     process.skip_pandas_probe()
     if (fmt or sniff(Path(source))) == "pytorch":

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceconv import io
+from traceconv import io, writing
 from traceconv import schema as S
 from traceconv.analyses import common, inputs
 from traceconv.analyses.key_averages import aggregate as A
@@ -64,7 +64,7 @@ def _whole(path: Path) -> pa.Table:
     if path.is_dir():
         return common.load(path, columns=INPUT_COLUMNS)
     with inputs.salvage_hint(path):
-        table = io.read(path)
+        table = writing.read(path)
     return table.select(list(INPUT_COLUMNS))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from traceconv import io
+from traceconv import io, writing
 from traceconv.errors import UsageError
 
 COLUMNS = (
@@ -62,7 +62,7 @@ class Input:
     trace_ids: list[str | None] = field(default_factory=list)
 
     def batches(self, columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.RecordBatch]:
-        import pyarrow.parquet as pq  # reading only (see io._parquet_writer)
+        import pyarrow.parquet as pq  # reading only (see writing._parquet_writer)
 
         for path in self.files:
             with pq.ParquetFile(path, pre_buffer=False) as parquet:
@@ -79,7 +79,7 @@ def open_inputs(paths: list[Path], folder: Path) -> list[Input]:
             files = io.parquet_files(path)
         else:
             files = [folder / f"input{i}.parquet"]
-            io.convert(path, files[0])
+            writing.convert(path, files[0])
         inputs.append(Input(path, files, _label(path, paths)))
     return inputs
 
