@@ -36,3 +36,11 @@ def fixture_name(path: Path) -> Path:
         if path.is_relative_to(base):
             return path.relative_to(base)
     raise ValueError(f"{path} is not a fixture")
+
+
+def sweep_chunk(path: Path, small: int) -> int:
+    """Chunk bytes for cutting the real trace ``path`` into many pieces: ``small``, or for the
+    larger traces about 1/64 of their JSON (a ``.gz`` taken as 8x its size), so that each makes
+    dozens of chunks, not the thousand that ``small`` would make of a 35 MB trace."""
+    size = path.stat().st_size * (8 if path.suffix == ".gz" else 1)
+    return max(small, size // 64)

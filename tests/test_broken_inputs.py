@@ -329,6 +329,30 @@ def write_huge_string(path: Path, size: int) -> None:
         fh.write(t.data[m.end(1) :])
 
 
+def test_a_large_event_is_scanned_a_few_times_not_once_per_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one event is larger than the buffer, the buffer doubles: a 48 MiB event is looked
+    for a cut in about log2(48) rounds, not in 24 rounds of two 1 MiB chunks more each (which made
+    a 256 MiB event take 24 s to refuse and n^2 work on every large event)."""
+    from traceconv.readers.pytorch import chunker
+
+    src = tmp_path / "large_name.json"
+    write_huge_string(src, 48 << 20)
+    rounds = []
+    cut = chunker.EventChunks._cut
+
+    def counted(self: Any, buf: bytearray, eof: bool) -> Any:
+        if len(buf) > 4 << 20:
+            rounds.append(len(buf))
+        return cut(self, buf, eof)
+
+    monkeypatch.setattr(chunker.EventChunks, "_cut", counted)
+    table = traceconv.read(src, workers=0)
+    assert table.num_rows > 0
+    assert 1 <= len(rounds) <= 6, rounds
+
+
 @pytest.mark.slow
 def test_a_600_mb_string_is_refused_in_bounded_memory(tmp_path: Path) -> None:
     src = tmp_path / "huge_name.json"

@@ -64,11 +64,12 @@ def cluster(folder: Path, workers: int = 2) -> Iterator[Fleet]:
             client.wait_for_workers(workers, timeout=120)
         yield Fleet(address, procs[0], procs[1:])
     finally:
+        # Workers first, each gone before the scheduler is asked to stop: a worker stopping while
+        # the scheduler stops too waits out its reconnection timeouts (40 s in all).
         for proc in reversed(procs):
             proc.terminate()
-        for proc in procs:
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -103,6 +103,42 @@ def test_a_column_of_another_type_goes_to_the_fallback(hand_made: Path) -> None:
         db.close()
 
 
+@needs_adbc
+def test_batches_and_filters_read_what_one_batch_reads(hand_made: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = ["i", "r", "s", "never"]
+    whole = _read(hand_made, columns)
+    monkeypatch.setattr(nsys_sql, "DIRECT_BATCH_ROWS", 700)  # 2,001 rows in 2 batches of 1,024 rows' room
+    assert _read(hand_made, columns).equals(whole)
+    db = Database(hand_made)
+    try:
+        few = db.read("t", columns, where="i % 100 = 0")
+        none = db.read("t", columns, where="i < 0")
+    finally:
+        db.close()
+    assert few.equals(whole.filter(pa.array([i is not None and i % 100 == 0 for i in whole["i"].to_pylist()])))
+    assert none.num_rows == 0 and none.schema == whole.schema
+
+
+def _address_space_mib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) >> 10
+    raise AssertionError("no VmSize in /proc/self/status")
+
+
+@needs_adbc
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_a_table_read_holds_no_more_address_space_than_it_needs() -> None:
+    """ADBC gives each column of a batch room for all the batch's rows up front: batches far larger
+    than the table kept about 3 GB of address space per read of fixed.sqlite alive with the table,
+    and the test processes that kept a few such tables could no longer fork (ENOMEM)."""
+    traceconv.read(FIXED)  # the libraries and their thread pools in place first
+    before = _address_space_mib()
+    kept = [traceconv.read(FIXED) for _ in range(3)]
+    grown = _address_space_mib() - before
+    assert grown < 400, f"{grown} MiB more address space for 3 tables of {kept[0].nbytes >> 20} MiB each"
+
+
 def test_the_fallback_reads_every_table_alone(hand_made: Path, csv_only: None) -> None:
     table = _read(hand_made, ["i", "r", "s"])
     assert table.num_rows == 2001 and table["i"].null_count == 1 and table["r"][3].as_py() == 1.0

@@ -33,7 +33,6 @@ SEED = fixture("key_averages/seed_linear.json")
 TRAIN = fixture("key_averages/h200/ka_train.json")
 BUGGY = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
 BUGGY_NVTX = fixture("nsys/h200/autograd_nvtx.sqlite")
-GPU_DATA = Path("/work/gpu-data")
 
 
 def run(*args: str) -> Any:
@@ -158,11 +157,14 @@ def per_step(ev: Events, step: str, skip: int) -> tuple[int, Counter[str], Count
     return len(steps), calls, gpu
 
 
-PAIRS = [pytest.param(BUGGY, BUGGY_NVTX, id="train_buggy")]
-if (GPU_DATA / "nsys/train_autograd_nvtx.sqlite").exists():
-    PAIRS.append(
-        pytest.param(GPU_DATA / "ka/ka_train_mem.json", GPU_DATA / "nsys/train_autograd_nvtx.sqlite", id="ka_train_mem")
-    )
+PAIRS = [
+    pytest.param(BUGGY, BUGGY_NVTX, id="train_buggy"),
+    pytest.param(
+        fixture("key_averages/h200/ka_train_mem.json"),
+        fixture("nsys/h200-extra/train_autograd_nvtx.sqlite"),
+        id="ka_train_mem",
+    ),
+]
 
 
 @pytest.mark.parametrize(("trace", "export"), PAIRS)

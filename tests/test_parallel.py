@@ -15,6 +15,7 @@ from traceconv.readers.pytorch.chunker import EventChunks
 from traceconv.readers.pytorch.reader import PytorchReader
 
 from .conftest import fixture, param_path, real_files
+from .fixtures import sweep_chunk
 
 SMALL = 32 << 10  # small chunks, so that even the small real traces are cut into many
 # the traces large enough for the workers (a .gz counts as 8x its size) at SMALL chunks
@@ -25,8 +26,8 @@ TRACES = [
 ]
 
 
-def _read(path: Path, workers: int) -> tuple[pa.Table, PytorchReader]:
-    reader = PytorchReader(path, chunk_size=SMALL, workers=workers)
+def _read(path: Path, workers: int, chunk: int = SMALL) -> tuple[pa.Table, PytorchReader]:
+    reader = PytorchReader(path, chunk_size=chunk, workers=workers)
     return pa.concat_tables(reader.tables()), reader
 
 
@@ -45,8 +46,8 @@ def test_workers_give_the_single_process_result(
     path: Path, workers: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    one, single = _read(path, workers=0)
-    two, parallel = _read(path, workers=workers)
+    one, single = _read(path, workers=0, chunk=sweep_chunk(path, SMALL))
+    two, parallel = _read(path, workers=workers, chunk=sweep_chunk(path, SMALL))
     assert single.workers_used == 0 and parallel.workers_used == workers
     _assert_same(one, two)
     assert parallel.info.notes == single.info.notes

@@ -16,6 +16,7 @@ from traceconv.readers.pytorch import reader as R
 from traceconv.readers.pytorch.links import LinkIndex
 
 from .conftest import param_path, real_files
+from .fixtures import sweep_chunk
 
 SMALL = 32 << 10  # small chunks and row groups, so that even small real traces make many of each
 GROUP_ROWS = 1500
@@ -54,7 +55,7 @@ def test_output_bytes_do_not_depend_on_the_workers(path: Path, small_groups: Pat
     outputs = {}
     for workers in (0, 1, 3):  # 0 and 1: linked here, encoded by one writer; 3: pass 2 in workers (2 takes its path)
         out = tmp_path / f"w{workers}.parquet"
-        tio.convert(path, out, workers=workers, chunk_size=SMALL)
+        tio.convert(path, out, workers=workers, chunk_size=sweep_chunk(path, SMALL))
         outputs[workers] = out.read_bytes()
     assert outputs[0][:4] == J.MAGIC
     assert outputs[1] == outputs[0]

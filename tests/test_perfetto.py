@@ -10,7 +10,6 @@ launching call has a flow from that call's slice to its own; allocator rows are 
 
 from __future__ import annotations
 
-import lzma
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 import traceconv
 from traceconv.render.perfetto import export
 
-from .conftest import FIXTURES, ROOT, fixture, param_path, real_files
+from .conftest import fixture, param_path, real_files
 from .perfetto_read import Slice, Trace, read
 
 SLICE_PHASES = ("X", "i")
@@ -31,21 +30,10 @@ COUNTER_KINDS = ("memory", "metric")
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
-def unpacked(rel: str) -> Path:
-    """A fixture kept as ``.xz`` as the corpus has it (not in fixtures/PACKED), decompressed once."""
-    out = ROOT / "build" / "fixtures" / rel
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(lzma.decompress((FIXTURES / (rel + ".xz")).read_bytes()))
-        os.replace(tmp, out)
-    return out
-
-
 INPUTS = {
     "buggy.sqlite": lambda: fixture("nsys/h200/buggy.sqlite"),
     "train_buggy": lambda: fixture("pytorch/h200/train_buggy.pt.trace.json.gz"),
-    "gpu_metrics.sqlite": lambda: unpacked("nsys/h200/gpu_metrics.sqlite"),
+    "sm_after.sqlite": lambda: fixture("nsys/h200-metrics/sm_after.sqlite"),  # GPU metric samples
 }
 
 

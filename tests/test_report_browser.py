@@ -25,7 +25,6 @@ pytestmark = pytest.mark.browser
 
 ARTEFACTS = Path(os.environ.get("TRACECONV_ARTEFACTS", ROOT / "build" / "artefacts")) / "report"
 READY = "window.traceconvReport && window.traceconvReport.done ? window.traceconvReport : null"
-GPU_DATA = Path(os.environ.get("TRACECONV_GPU_DATA", ROOT.parent / "gpu-data")) / "nsys"
 # Click the kernels table's execution header twice (ascending, then descending) and read the column.
 SORT = """(function () {
   var th = Array.prototype.find.call(document.querySelectorAll('th'), function (h) {
@@ -98,13 +97,3 @@ def test_diff_report_opens_and_draws_every_chart(browser: Browser, tmp_path: Pat
     out = _report(tmp_path / "diff.html", fixture("nsys/h200/buggy.sqlite"), fixture("nsys/h200/fixed.sqlite"))
     run = browser.open(out, READY, full_page=True)
     _check(run, "diff-buggy-fixed", 13)
-
-
-@pytest.mark.parametrize("stem", ["sm_before", "sm_after"])
-def test_fresh_h200_exports_with_gpu_metrics(browser: Browser, tmp_path: Path, stem: str) -> None:
-    export = GPU_DATA / f"{stem}.sqlite"
-    if not export.exists():
-        pytest.skip(f"{export} is not on this machine (the fresh H200 data of /work/gpu-data)")
-    run = browser.open(_report(tmp_path / f"{stem}.html", export), READY, full_page=True)
-    _check(run, f"gpu-data-{stem}", 7)
-    assert "SMs Active" in (tmp_path / f"{stem}.html").read_text(encoding="utf-8")

@@ -31,7 +31,7 @@ except ImportError:  # the CSV path reads every export too
     adbc = None  # type: ignore[assignment]
 
 CHUNK_ROWS = 1 << 18  # rows per SQL round trip: bounds the size of one CSV text
-DIRECT_BATCH_ROWS = 1 << 22  # rows per ADBC batch (default 1,024): a column in one piece, not hundreds
+DIRECT_BATCH_ROWS = 1 << 22  # most rows per ADBC batch (default 1,024): a column in few pieces, not hundreds
 REEXPORT = "the export may be damaged; export the report again with `nsys export --type sqlite --force-overwrite true`"
 
 
@@ -186,14 +186,16 @@ class Database:
         than its declared affinity (then the CSV path reads them, with its exact conversions)."""
         if adbc is None:
             return None
+        batch_rows = _batch_rows(self.extent(table))
         where = f" WHERE {where}" if where else ""
         try:
             stmt = adbc.AdbcStatement(self._arrow_conn())
             try:
-                stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(DIRECT_BATCH_ROWS)})
+                stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
                 stmt.set_sql_query(f"SELECT {', '.join(f'[{c}]' for c in names)} FROM [{table}]{where} ORDER BY rowid")
                 stream, _ = stmt.execute_query()
-                got = pa.RecordBatchReader.from_stream(stream).read_all()
+                reader = pa.RecordBatchReader.from_stream(stream)
+                got = pa.Table.from_batches([_compact(b, batch_rows) for b in reader], reader.schema)
             finally:
                 stmt.close()
         except (adbc.Error, OSError, pa.ArrowException):
@@ -272,6 +274,24 @@ class _Line:
                 self.replaced += bad
             cols.append(col)
         return pa.table(cols, names=self.names)
+
+
+def _batch_rows(extent: tuple[int, int]) -> int:
+    """Rows per ADBC batch for a table whose rowids span ``extent``: ADBC gives each column of a
+    batch room for this many rows up front, so a batch far larger than the table reserves
+    gigabytes of address space that a later ``fork`` is charged for. The table's rows are split
+    evenly into batches of at most ``DIRECT_BATCH_ROWS``."""
+    span = max(extent[1] - extent[0] + 1, 1)
+    pieces = -(-span // DIRECT_BATCH_ROWS)
+    return max(1024, -(-span // pieces))
+
+
+def _compact(batch: pa.RecordBatch, batch_rows: int) -> pa.RecordBatch:
+    """``batch`` in buffers of its own size where it fills less than half of the room ADBC gave it
+    (a ``WHERE`` that keeps few rows, a last batch): the spare room is released with the copy."""
+    if batch.num_rows >= batch_rows // 2 or batch_rows <= 1 << 16:
+        return batch
+    return batch.take(pa.array(range(batch.num_rows), pa.int64()))
 
 
 def _typed(got: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:

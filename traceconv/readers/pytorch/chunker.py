@@ -231,7 +231,9 @@ class EventChunks:
                         f"an event at byte {self._offset:,} is larger than {MAX_EVENT >> 20} MiB",
                         "this is not a trace as PyTorch writes it",
                     )
-                want = len(buf) + 2 * self.chunk_size
+                # Twice the buffer, not two chunks more: each round scans the buffer again, so
+                # an event of n bytes costs O(n), not O(n^2 / chunk); up to MAX_EVENT and a chunk.
+                want = min(max(len(buf) + 2 * self.chunk_size, 2 * len(buf)), MAX_EVENT + self.chunk_size)
                 continue
             want = 2 * self.chunk_size
             if cut is None:  # only the end of the array (and the document) is left
