@@ -279,9 +279,12 @@ def _agrees(got: Any, expected: set[int]) -> bool:
 def test_operator_rules_are_all_exercised() -> None:
     """The fixtures have API calls that each rule decides (else the test above proves little)."""
     seen: Counter[str] = Counter()
-    for path in fixture_files("pytorch", ("*.json", "*.json.gz")):
+    rules = ("external id", "cpu_op", "annotation", "none")
+    for path in sorted(fixture_files("pytorch", ("*.json", "*.json.gz")), key=lambda p: p.stat().st_size):
         seen += _expected_operators(traceconv.read(path).to_pandas())[1]
-    assert all(seen[rule] > 0 for rule in ("external id", "cpu_op", "annotation", "none")), seen
+        if all(seen[rule] > 0 for rule in rules):  # the smallest fixtures that do it are enough
+            break
+    assert all(seen[rule] > 0 for rule in rules), seen
 
 
 def test_operator_preferences_hand_made(tmp_path: Path) -> None:

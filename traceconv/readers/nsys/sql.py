@@ -144,10 +144,12 @@ class Database:
         names, types = self._typed_names(table, wanted)
         if not names:
             return pa.table({})
+        span = self.extent(table)
         if rows is not None:
             where = f"rowid >= {rows[0]} AND rowid < {rows[1]}"
+            span = (max(span[0], rows[0]), min(span[1], rows[1] - 1))
         with self.guard(table):
-            direct = self._direct(table, names, types, where)
+            direct = self._direct(table, names, types, where, span)
             if direct is not None:
                 return direct
             line = _Line(names, types)
@@ -181,12 +183,15 @@ class Database:
                 self.replaced[table] = self.replaced.get(table, 0) + line.replaced
             line.replaced = 0
 
-    def _direct(self, table: str, names: list[str], types: dict[str, pa.DataType], where: str = "") -> pa.Table | None:
-        """The rows through ADBC, or None when ADBC is missing, fails, or types a column otherwise
-        than its declared affinity (then the CSV path reads them, with its exact conversions)."""
+    def _direct(
+        self, table: str, names: list[str], types: dict[str, pa.DataType], where: str = "", span: tuple[int, int] = (0, 0)
+    ) -> pa.Table | None:
+        """The rows through ADBC (``span``: the smallest and largest rowid they can have), or None
+        when ADBC is missing, fails, or types a column otherwise than its declared affinity (then
+        the CSV path reads them, with its exact conversions)."""
         if adbc is None:
             return None
-        batch_rows = _batch_rows(self.extent(table))
+        batch_rows = _batch_rows(span)
         where = f" WHERE {where}" if where else ""
         try:
             stmt = adbc.AdbcStatement(self._arrow_conn())
@@ -277,10 +282,10 @@ class _Line:
 
 
 def _batch_rows(extent: tuple[int, int]) -> int:
-    """Rows per ADBC batch for a table whose rowids span ``extent``: ADBC gives each column of a
-    batch room for this many rows up front, so a batch far larger than the table reserves
-    gigabytes of address space that a later ``fork`` is charged for. The table's rows are split
-    evenly into batches of at most ``DIRECT_BATCH_ROWS``."""
+    """Rows per ADBC batch for rows whose rowids lie in ``extent``: ADBC gives each column of a
+    batch room for this many rows up front, so a batch far larger than the rows reserves
+    gigabytes of address space that a later ``fork`` is charged for. The rows are split evenly
+    into batches of at most ``DIRECT_BATCH_ROWS``."""
     span = max(extent[1] - extent[0] + 1, 1)
     pieces = -(-span // DIRECT_BATCH_ROWS)
     return max(1024, -(-span // pieces))
