@@ -147,6 +147,7 @@ def test_nsys_peak_and_holders_equal_the_raw_memory_usage_events() -> None:
         top = max(top, total)
     m = _memory(MEMUSAGE)["0"]
     assert m.allocated_peak_bytes == top and m.reserved_at_peak_bytes is None
+    assert m.reserved_peak_bytes is None  # the driver's usage has no reserved figure: unknown, not 0 bytes
     assert m.before_trace_bytes == 0 and sum(h.bytes for h in m.holders) == m.live_bytes == top  # nothing freed
     held = {h.name: h for h in m.holders}
     static = [b for b, _, kind, corr, _ in rows if kind == 5 and not corr]  # module globals: no CUDA call made them

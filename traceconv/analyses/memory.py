@@ -66,7 +66,7 @@ def memory(
         key = str(r["key"])
         out[key] = MemoryPeak(
             allocated_peak_bytes=int(r["alloc"]),
-            reserved_peak_bytes=int(r["top_resv"] or 0),
+            reserved_peak_bytes=None if r["top_resv"] is None else int(r["top_resv"]),
             peak_ns=int(r["start_ns"]),
             peak_offset_ns=None if origin is None else int(r["start_ns"]) - origin,
             reserved_at_peak_bytes=None if r["resv"] is None else int(r["resv"]),

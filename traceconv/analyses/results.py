@@ -143,7 +143,7 @@ class MemoryPeak:
     """A device's memory: its peaks, what held the allocated peak, its course over the steps and the trace."""
 
     allocated_peak_bytes: int
-    reserved_peak_bytes: int  # the highest reserved anywhere (0 when not recorded)
+    reserved_peak_bytes: int | None  # the highest reserved anywhere (None when not recorded)
     peak_ns: int | None = None  # when allocated memory peaked (the first time)
     peak_offset_ns: int | None = None  # the same, from the start of the profiled window
     reserved_at_peak_bytes: int | None = None
