@@ -13,19 +13,22 @@ CACHE = ROOT / "build" / "fixtures"
 PACKED = frozenset((FIXTURES / "PACKED").read_text().split()) if (FIXTURES / "PACKED").exists() else frozenset()
 
 
-def fixture(rel: str) -> Path:
-    """The real file ``fixtures/<rel>`` (``nsys/public/x.sqlite``), decompressed from ``<rel>.xz`` if stored so."""
+def fixture(rel: str, packed: bool = False) -> Path:
+    """The real file ``fixtures/<rel>`` (``nsys/public/x.sqlite``), decompressed from ``<rel>.xz`` if stored
+    so: the files of PACKED, or with ``packed`` one kept out of PACKED (too large for the sweeps)."""
     path = FIXTURES / rel
-    if rel not in PACKED:
+    if rel not in PACKED and not packed:
         if not path.exists():
             raise FileNotFoundError(f"no fixture {rel} in {FIXTURES}; run `make fixtures`")
         return path
-    packed = path.with_name(path.name + ".xz")
+    xz = path.with_name(path.name + ".xz")
     out = CACHE / rel
-    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
+    if not out.exists() or out.stat().st_mtime < xz.stat().st_mtime:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(lzma.decompress(packed.read_bytes()))
+        with lzma.open(xz) as src, open(tmp, "wb") as dst:
+            while block := src.read(1 << 22):
+                dst.write(block)
         os.replace(tmp, out)  # atomic: test processes running in parallel may do this at once
     return out
 

@@ -7,8 +7,6 @@ row with the name ``TARGET_INFO_GPU_METRICS`` gives it, one memory row per
 
 from __future__ import annotations
 
-import lzma
-import os
 import re
 import sqlite3
 from collections import Counter, defaultdict
@@ -23,8 +21,7 @@ import traceconv
 import traceconv.readers.nsys.sql
 from traceconv import schema as S
 
-from .conftest import FIXTURES, fixture
-from .fixtures import CACHE
+from .conftest import fixture
 
 SM_AFTER = fixture("nsys/h200-metrics/sm_after.sqlite")
 MEMUSAGE = fixture("nsys/h200/memusage.sqlite")
@@ -33,16 +30,7 @@ FIXED = fixture("nsys/h200/fixed.sqlite")
 
 def _big_metrics() -> Path:
     """``fixtures/nsys/h200/gpu_metrics.sqlite.xz`` (2.3M samples), unpacked once: too large for the sweep."""
-    out = CACHE / "nsys" / "h200" / "gpu_metrics.sqlite"
-    packed = FIXTURES / "nsys" / "h200" / "gpu_metrics.sqlite.xz"
-    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        with lzma.open(packed) as src, open(tmp, "wb") as dst:
-            while block := src.read(1 << 22):
-                dst.write(block)
-        os.replace(tmp, out)
-    return out
+    return fixture("nsys/h200/gpu_metrics.sqlite", packed=True)
 
 
 def _query(path: Path, sql: str) -> list[tuple[Any, ...]]:

@@ -9,8 +9,6 @@ never from our Parquet.
 
 from __future__ import annotations
 
-import lzma
-import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +28,7 @@ from traceconv.analyses.summary import Summary, as_dict, summarize
 from traceconv.analyses.thresholds import DEFAULTS
 from traceconv.cli import main
 
-from .conftest import FIXTURES, fixture
-from .fixtures import CACHE
+from .conftest import fixture
 
 SM_AFTER = fixture("nsys/h200-metrics/sm_after.sqlite")
 SM_ACTIVE = "SMs Active [Throughput %]"
@@ -40,16 +37,7 @@ WARPS = "Compute Warps in Flight [Throughput %]"
 
 def _sm_before() -> Path:
     """``sm_before.sqlite.xz`` (11.7 MB, 30,720 kernels), unpacked once; not in PACKED, so not in the sweeps."""
-    out = CACHE / "nsys" / "h200-metrics" / "sm_before.sqlite"
-    packed = FIXTURES / "nsys" / "h200-metrics" / "sm_before.sqlite.xz"
-    if not out.exists() or out.stat().st_mtime < packed.stat().st_mtime:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        with lzma.open(packed) as src, open(tmp, "wb") as dst:
-            while block := src.read(1 << 22):
-                dst.write(block)
-        os.replace(tmp, out)
-    return out
+    return fixture("nsys/h200-metrics/sm_before.sqlite", packed=True)
 
 
 def _query(path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
