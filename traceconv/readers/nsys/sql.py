@@ -184,7 +184,12 @@ class Database:
             line.replaced = 0
 
     def _direct(
-        self, table: str, names: list[str], types: dict[str, pa.DataType], where: str = "", span: tuple[int, int] = (0, 0)
+        self,
+        table: str,
+        names: list[str],
+        types: dict[str, pa.DataType],
+        where: str = "",
+        span: tuple[int, int] = (0, 0),
     ) -> pa.Table | None:
         """The rows through ADBC (``span``: the smallest and largest rowid they can have), or None
         when ADBC is missing, fails, or types a column otherwise than its declared affinity (then

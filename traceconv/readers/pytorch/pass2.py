@@ -15,18 +15,15 @@ process).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
-import signal
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from traceconv.parquet_join import Piece
-from traceconv.process import keep_freed_memory
 from traceconv.readers.pytorch.spill import APPEND, temporary_path
-from traceconv.readers.pytorch.workers import IN_FLIGHT, TOP_PAD, orphan_proof
+from traceconv.readers.pytorch.workers import IN_FLIGHT, start_worker
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -37,11 +34,7 @@ Done = tuple[Piece, "int | None", Any]  # the piece, the file its bytes are in (
 
 
 def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connection]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    orphan_proof(inherited)
-    gc.disable()  # a collection would walk (and so copy, page by page) every inherited object
-    keep_freed_memory(TOP_PAD)
+    start_worker(inherited)
     with open(path, APPEND) as out:
         while True:
             try:

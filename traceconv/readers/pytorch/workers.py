@@ -103,6 +103,18 @@ def _read_task(path: str, offset: int, length: int, handed_over: bool) -> bytes:
 PR_SET_PDEATHSIG = 1  # Linux prctl option
 
 
+def start_worker(inherited: list[Connection]) -> None:
+    """What a forked worker does first: leave Ctrl-C to the main process, die with it, and keep
+    the collector and the allocator from touching (and so copying) what it inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    orphan_proof(inherited)
+    # Decoding makes millions of objects without cycles; a collection would also walk (and so
+    # copy, page by page) every object inherited from the main process.
+    gc.disable()
+    keep_freed_memory(TOP_PAD)
+
+
 def orphan_proof(inherited: list[Connection]) -> None:
     """Die with the main process, however it ends (killed, out of memory): Linux sends this
     process SIGKILL then. And close the main process's ends of every pipe inherited by fork:
@@ -146,13 +158,7 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     Tasks are a few bytes, so the main process never blocks sending one (no deadlock); a
     reply (the link rows) waits in the pipe until the main process takes it, in chunk order.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    orphan_proof(inherited)
-    # Decoding makes millions of objects without cycles; a collection would also walk (and so
-    # copy, page by page) every object inherited from the main process.
-    gc.disable()
-    keep_freed_memory(TOP_PAD)
+    start_worker(inherited)
     convert = _Converter(strict, SegmentFile(path))
     while True:
         try:
