@@ -88,7 +88,7 @@ def measure(
         windows,
     )
     query, traces = tree_stream(source, facts)
-    trees = walk(source.batches(query), windows, facts.label_names, traces)
+    trees = walk(source.batches(query, 1 << 16), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
     out = []
     for k, (scope, segments) in enumerate(zip(scopes, windows, strict=True)):
