@@ -84,7 +84,7 @@ def measure(
     sweeps = B.sweep(
         source,
         "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL",
-        f"SELECT start_ns AS s, end_ns AS e FROM ({HOST_RANGES}) WHERE kind = 'cuda_api' AND end_ns IS NOT NULL",
+        "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL",
         windows,
     )
     query, traces = tree_stream(source, facts)

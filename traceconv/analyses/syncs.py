@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from traceconv.analyses.prepare import HOST_RANGES, NO_OP
@@ -33,7 +34,9 @@ TOP_OPS = 5
 
 
 def prepare_calls(source: Source) -> None:
-    """The table ``sync_calls``: every host-blocking sync of the input, classified (see the module)."""
+    """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread: read
+    from the events once, for the queries here and the busy sweep's) and ``sync_calls``: every
+    host-blocking sync of the input, classified (see the module)."""
     names = source.arrow(f"SELECT DISTINCT name FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'")["name"].to_pylist()
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
     source.register(
@@ -42,25 +45,29 @@ def prepare_calls(source: Source) -> None:
             {
                 "name": pd.Series(names, dtype=object),
                 "plain": pd.Series(plain, dtype=object),
-                "blocks": [bool(SYNC_CALL.match(p)) for p in plain],
-                "stream_sync": [bool(STREAM_SYNC.match(p)) for p in plain],
+                "blocks": np.array([bool(SYNC_CALL.match(p)) for p in plain], dtype=bool),  # typed when empty
+                "stream_sync": np.array([bool(STREAM_SYNC.match(p)) for p in plain], dtype=bool),
             }
         ),
     )
     source.table(
+        "api_calls",
+        "SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, correlation_id, "
+        f"hash(trace_id, pid, tid) AS thread FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'",
+    )
+    source.table(
         "sync_calls",
-        f"WITH api AS (SELECT * FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'), "
         # the call before each blocking call on its thread: the window sorts narrow integer rows only
-        "ordered AS (SELECT thread, event_id, blocks, lag(event_id) OVER t AS prev_id, lag(dur_ns) OVER t "
-        "AS prev_dur FROM (SELECT event_id, dur_ns, start_ns, end_ns, hash(trace_id, pid, tid) AS thread, "
-        "name IN (SELECT name FROM api_names WHERE blocks) AS blocks FROM api) "
+        "WITH ordered AS (SELECT thread, event_id, blocks, lag(event_id) OVER t AS prev_id, lag(dur_ns) OVER t "
+        "AS prev_dur FROM (SELECT event_id, dur_ns, start_ns, end_ns, thread, coalesce(n.blocks, false) AS blocks "
+        "FROM api_calls LEFT JOIN api_names n USING (name)) "
         "WINDOW t AS (PARTITION BY thread ORDER BY start_ns, coalesce(end_ns, 0), event_id)), "
         "staged AS (SELECT coalesce(trace_id, '') AS trace_id, launch_event_id AS event_id, "
         "isum(coalesce(bytes, 0)) AS size FROM events WHERE kind = 'memcpy' AND copy_kind = 'HtoD' "
         "AND (src_kind IS NULL OR src_kind IN ('Pageable', 'Unknown')) AND launch_event_id IS NOT NULL GROUP BY ALL), "
         "calls AS (SELECT a.*, o.prev_id, o.prev_dur, n.plain, n.stream_sync, own.size AS own_size, "
         "before.size AS prev_size FROM (SELECT * FROM ordered WHERE blocks) o "
-        "JOIN api a ON a.event_id = o.event_id AND hash(a.trace_id, a.pid, a.tid) = o.thread "
+        "JOIN api_calls a ON a.event_id = o.event_id AND a.thread = o.thread "
         "JOIN api_names n ON n.name = a.name "
         "LEFT JOIN staged own ON own.trace_id = a.trace_id AND own.event_id = a.event_id "
         "LEFT JOIN staged before ON before.trace_id = a.trace_id AND before.event_id = o.prev_id) "
@@ -72,7 +79,7 @@ def prepare_calls(source: Source) -> None:
         "UNION ALL SELECT coalesce(trace_id, '') AS trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, "
         "false, NULL, 0, true FROM events s WHERE kind = 'sync' "
         "AND (sync_type IS NULL OR sync_type <> 'stream_wait_event') AND NOT (correlation_id IS NOT NULL "
-        "AND EXISTS (SELECT 1 FROM api a WHERE a.correlation_id = s.correlation_id))",
+        "AND EXISTS (SELECT 1 FROM api_calls a WHERE a.correlation_id = s.correlation_id))",
     )
 
 
