@@ -183,6 +183,20 @@ def test_report_refuses_outputs_that_destroy_data(tmp_path: Path) -> None:
     assert sorted(p.name for p in folder.iterdir()) == ["a.json"]
 
 
+def test_a_refused_output_is_refused_before_the_analyses_are_loaded(tmp_path: Path) -> None:
+    """The output is checked first: a refused -o answers at once, without importing pandas,
+    DuckDB or the analyses (which took a second more)."""
+    trace = tmp_path / "t.json"
+    trace.write_bytes(fixture("pytorch/h200/seed_linear.json").read_bytes())
+    code = (
+        "import sys; from click.testing import CliRunner; from traceconv.cli import main; "
+        f"r = CliRunner().invoke(main, ['report', {str(trace)!r}, '-o', {str(tmp_path / 'r.txt')!r}]); "
+        "print(r.exit_code, sorted(m for m in ('pandas', 'duckdb', 'traceconv.analyses') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[0] == "2 []", done.stdout + done.stderr
+
+
 def test_report_of_a_bad_input_fails_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
     bad = tmp_path / "cut.json"
     bad.write_bytes(fixture("pytorch/h200/seed_linear.json").read_bytes()[:5000])

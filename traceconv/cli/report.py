@@ -58,12 +58,14 @@ def report(
 
         traceconv report run.parquet/ -o run.html
     """
+    from traceconv.render.report_output import check_output
+
+    out = output or inputs[0].with_name(inputs[0].name.split(".")[0] + ".html")
+    check_output(out, list(inputs), force)  # before the analyses are even imported
     from traceconv.analyses.steps import STEP_PATTERN
     from traceconv.analyses.thresholds import Thresholds
     from traceconv.render import report as R
 
-    out = output or inputs[0].with_name(inputs[0].name.split(".")[0] + ".html")
-    R.check_output(out, list(inputs), force)
     opts = R.Options(top, Thresholds.from_options(thresholds), step_pattern or STEP_PATTERN)
     bar = Bar("measuring", unit="parts")
     t0 = time.monotonic()

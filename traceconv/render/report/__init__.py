@@ -2,14 +2,14 @@
 
 :func:`one_page` and :func:`diff_page` measure (the summary, the timeline's breakdown and series,
 the kernels' histograms, the diff) and lay out the page; :func:`write` writes it under a temporary
-name and renames it; :func:`check_output` refuses an output that would destroy data, before any
-work is done.
+name and renames it; :func:`check_output` (:mod:`traceconv.render.report_output`) refuses an output that would
+destroy data, before any work is done.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +19,12 @@ from traceconv.analyses import timeline as T
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
-from traceconv.errors import TraceconvError, UsageError
-from traceconv.ingest import check_output as check_parquet_output
+from traceconv.errors import TraceconvError
 from traceconv.render.report.assets import vega_bundle
-from traceconv.render.report.page import GENERATOR, Page
+from traceconv.render.report.page import Page
 from traceconv.render.report.sections import RunFigures, diff_section, run_sections
+from traceconv.render.report_output import check_output
 
-SUFFIXES = (".html", ".htm")
 DEFAULT_TOP = 15
 Step = Callable[[int, int], None]  # progress: parts done, parts in all
 
@@ -98,34 +97,6 @@ def _scope_line(run: RunFigures) -> str:
     if run.scope == "steps" and st is not None:
         return f"{st.count} steps, median {st.median_ns / 1e6:,.2f} ms; breakdown per step"
     return f"profiled window {run.summary.window_ns / 1e6:,.2f} ms (no steps marked)"
-
-
-def check_output(out: Path, inputs: Sequence[Path], force: bool = False) -> None:
-    """Refuse an output that is an input or inside one (a dataset directory), or a directory; without
-    ``force`` also one not named .html, or an existing file that is not a traceconv report."""
-    check_parquet_output(out, inputs, force=True)  # an input, a directory: never, whatever --force says
-    target = out.resolve()
-    for src in inputs:
-        if Path(src).is_dir() and Path(src).resolve() in target.parents:
-            raise UsageError(out, "is inside an input of this command", "give -o a path outside the input folders")
-    if force:
-        return
-    if out.suffix.lower() not in SUFFIXES:
-        raise UsageError(out, "does not end in .html, but a report is HTML", "name it .html, or give --force")
-    if out.exists() and not is_report(out):
-        raise UsageError(
-            out, "exists and is not a report traceconv wrote: it would be replaced", "give -o another name or --force"
-        )
-
-
-def is_report(path: Path) -> bool:
-    """An HTML file whose head names traceconv report as its generator."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except OSError:
-        return False
-    return f'<meta name="generator" content="{GENERATOR}">'.encode() in head
 
 
 def write(page: Page, out: Path) -> Written:

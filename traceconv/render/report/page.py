@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceconv.render.report.charts import Spec
-
-GENERATOR = "traceconv report"  # the <meta name="generator"> of every report: what may be replaced
+from traceconv.render.report_output import GENERATOR
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
