@@ -26,6 +26,7 @@ from traceconv.analyses.prepare import HOST_RANGES, Facts
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, LaunchFacts, Syncs
 from traceconv.analyses.source import Source
 from traceconv.analyses.thresholds import Thresholds
+from traceconv.analyses.tree import BATCH_ROWS as TREE_BATCH_ROWS
 from traceconv.analyses.tree import KIND_CODES, Trees, walk
 
 
@@ -88,7 +89,7 @@ def measure(
         windows,
     )
     query, traces = tree_stream(source, facts)
-    trees = walk(source.batches(query, 1 << 16), windows, facts.label_names, traces)
+    trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
     out = []
     for k, (scope, segments) in enumerate(zip(scopes, windows, strict=True)):

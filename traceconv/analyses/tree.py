@@ -26,6 +26,7 @@ I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 KIND_CODES = ("cpu_op", "nvtx", "cuda_api")  # the stream's ``kind`` codes
 NVTX = KIND_CODES.index("nvtx")
+BATCH_ROWS = 1 << 16  # host ranges per batch of the stream: bounds the memory of a block worked out in numpy
 SAMPLE = 200  # calls per operator name whose arguments are read for its input shapes
 OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
 NVTX_MEASURES = ("count", "dur_ns", "gpu_ns", "gpu_process_ns")

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
@@ -301,7 +302,7 @@ def _compact(batch: pa.RecordBatch, batch_rows: int) -> pa.RecordBatch:
     (a ``WHERE`` that keeps few rows, a last batch): the spare room is released with the copy."""
     if batch.num_rows >= batch_rows // 2 or batch_rows <= 1 << 16:
         return batch
-    return batch.take(pa.array(range(batch.num_rows), pa.int64()))
+    return batch.take(np.arange(batch.num_rows))
 
 
 def _typed(got: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceconv.parquet_join import Piece
 from traceconv.readers.pytorch.spill import APPEND, temporary_path
-from traceconv.readers.pytorch.workers import IN_FLIGHT, start_worker
+from traceconv.readers.pytorch.workers import IN_FLIGHT, answer_tasks, start_worker
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -36,23 +36,18 @@ Done = tuple[Piece, "int | None", Any]  # the piece, the file its bytes are in (
 def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connection]) -> None:
     start_worker(inherited)
     with open(path, APPEND) as out:
-        while True:
-            try:
-                task = conn.recv()
-            except (EOFError, OSError):
-                break
-            if task is None:
-                break
-            try:
-                piece, extra = convert(task)
-                assert piece.data is not None
-                piece.pos = out.tell()
-                out.write(piece.data)
-                out.flush()  # before the reply: the main process copies from the file
-                piece.data = None
-                conn.send((task, True, piece, extra))
-            except Exception as exc:  # the main process converts this row group itself, raising
-                conn.send((task, False, f"{type(exc).__name__}: {exc}", None))
+
+        def written(task: int) -> tuple[Piece, Any]:
+            piece, extra = convert(task)
+            assert piece.data is not None
+            piece.pos = out.tell()
+            out.write(piece.data)
+            out.flush()  # before the reply: the main process copies from the file
+            piece.data = None
+            return piece, extra
+
+        # a failed row group is converted again by the main process, which raises its error
+        answer_tasks(conn, lambda task: task, written)
 
 
 class GroupPool:

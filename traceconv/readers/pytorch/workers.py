@@ -115,6 +115,23 @@ def start_worker(inherited: list[Connection]) -> None:
     keep_freed_memory(TOP_PAD)
 
 
+def answer_tasks(conn: Connection, key: Callable[[Any], Any], handle: Callable[[Any], tuple[Any, Any]]) -> None:
+    """A worker's loop: each task from the main process answered ``(key(task), True, *handle(task))``,
+    or ``(key(task), False, "Type: message", None)`` where ``handle`` raised (the main process then
+    does that task itself, with the exact error); until the main process sends None or goes away."""
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            break
+        if task is None:
+            break
+        try:
+            conn.send((key(task), True, *handle(task)))
+        except Exception as exc:
+            conn.send((key(task), False, f"{type(exc).__name__}: {exc}", None))
+
+
 def orphan_proof(inherited: list[Connection]) -> None:
     """Die with the main process, however it ends (killed, out of memory): Linux sends this
     process SIGKILL then. And close the main process's ends of every pipe inherited by fork:
@@ -160,19 +177,8 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     """
     start_worker(inherited)
     convert = _Converter(strict, SegmentFile(path))
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            break
-        if task is None:
-            break
-        seq, unpadded, where = task
-        try:
-            info, parts = convert(_read_task(*where), unpadded)
-            conn.send((seq, True, info, parts))
-        except Exception as exc:  # reported; the main process falls back to one process
-            conn.send((seq, False, f"{type(exc).__name__}: {exc}", None))
+    # a failed chunk is reported; the main process then falls back to one process
+    answer_tasks(conn, lambda task: task[0], lambda task: convert(_read_task(*task[2]), task[1]))
     convert.out.close_writer()
 
 
