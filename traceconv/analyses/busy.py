@@ -1,13 +1,15 @@
-"""GPU busy and idle time per device, and the idle time by cause, in one sweep over the time line.
+"""GPU busy and idle time per device, and the idle time by cause, in one sorted pass over the time line.
 
-Every interval of every set (a device's GPU rows, its queued spans, the host's syncs and CUDA
-calls) becomes two points, +1 at its start and -1 at its end. DuckDB sorts a device's points by
-time (within its memory budget); they come back a batch at a time, and running sums say between
-each point and the next how many intervals of each set are open. That stretch, clipped to each
-scope's windows, is busy where a GPU row is open; else idle while something was queued, else
-while the host synced, else while it was in a CUDA call, else for no cause the trace shows. One
-sort and one pass for every scope together, whatever the number of kernels and calls. The
-host's sets count for every device. Definitions: :mod:`traceconv.analyses.idle`.
+Idle time goes to the first cause in a cascade: a GPU row is open (busy), else something was
+queued, else the host synced, else it was in a CUDA call, else no cause the trace shows. The
+time of each cause is the difference of nested unions: with B the GPU rows, Q the queued spans,
+Y the syncs and A the CUDA calls, busy is |B|, queued |B u Q| - |B|, host sync
+|B u Q u Y| - |B u Q|, and so on, each clipped to each scope's windows. DuckDB sorts a device's
+intervals of all four sets by start (within its memory budget); they come back a batch at a
+time, and each union is merged as they pass (a running maximum of the ends: a new segment
+starts where an interval starts after every earlier one ended), carried over from batch to
+batch. One sort and one pass for every scope together, whatever the number of kernels and
+calls. The host's sets count for every device. Definitions: :mod:`traceconv.analyses.idle`.
 """
 
 from __future__ import annotations
@@ -32,17 +34,13 @@ QUEUED = (
 )
 SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
+BATCH_ROWS = 1 << 18  # intervals a batch of the sorted pass holds
 
 
-def _points(rows_sql: str, column: str, dev: bool = True) -> str:
-    """+1/-1 points of ``rows_sql``'s intervals (``dev``, s, e) of the set ``column``: the time and one
-    code, the set's place in :data:`SETS` times two, plus one for an end."""
-    code = SETS.index(column) * 2
+def _spans(rows_sql: str, column: str, dev: bool = True) -> str:
+    """``rows_sql``'s intervals (``dev``, s, e) of the set ``column``, with its place in :data:`SETS`."""
     key = "dev, " if dev else ""
-    return (
-        f"SELECT {key}s AS t, CAST({code} AS UTINYINT) AS c FROM ({rows_sql}) WHERE e > s "
-        f"UNION ALL SELECT {key}e AS t, CAST({code + 1} AS UTINYINT) AS c FROM ({rows_sql}) WHERE e > s"
-    )
+    return f"SELECT {key}s, e, CAST({SETS.index(column)} AS UTINYINT) AS c FROM ({rows_sql})"
 
 
 def sweep(
@@ -50,10 +48,10 @@ def sweep(
 ) -> list[tuple[dict[str, DeviceTime], IdleBreakdown]]:
     """For each scope's ``windows`` (sorted, disjoint segments): per device its busy time, idle time and
     the windows' length, and the idle time of all devices together split by cause."""
-    source.table("device_points", f"{_points(GPU_ROWS, 'b')} UNION ALL {_points(QUEUED, 'q')}")
-    source.table("host_points", f"{_points(sync_sql, 'y', dev=False)} UNION ALL {_points(api_sql, 'a', dev=False)}")
+    source.table("device_spans", f"{_spans(GPU_ROWS, 'b')} UNION ALL {_spans(QUEUED, 'q')}")
+    source.table("host_spans", f"{_spans(sync_sql, 'y', dev=False)} UNION ALL {_spans(api_sql, 'a', dev=False)}")
     devices = sorted(
-        (str(d) for d in source.arrow(f"SELECT DISTINCT dev FROM ({GPU_ROWS})")["dev"].to_pylist()),
+        (str(d) for d in source.arrow("SELECT DISTINCT dev FROM device_spans WHERE c = 0")["dev"].to_pylist()),
         key=_device_order,
     )
     lengths = [int((e - s).sum()) for s, e in windows]
@@ -66,6 +64,8 @@ def sweep(
                 busy_ns=int(per_dev[k, 0]), idle_ns=window_ns - int(per_dev[k, 0]), window_ns=window_ns
             )
         spent += per_dev
+    source.run("DROP TABLE device_spans")
+    source.run("DROP TABLE host_spans")
     return [
         (times[k], IdleBreakdown(**{c: int(spent[k, 1 + i]) for i, c in enumerate(CAUSES)}))
         for k in range(len(windows))
@@ -76,51 +76,60 @@ def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.nda
     """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope)."""
     quoted = dev.replace("'", "''")
     batches = source.batches(
-        f"SELECT t, c FROM device_points WHERE dev = '{quoted}' UNION ALL SELECT t, c FROM host_points ORDER BY t"
+        f"SELECT s, e, c FROM device_spans WHERE dev = '{quoted}' AND e > s "
+        "UNION ALL SELECT s, e, c FROM host_spans WHERE e > s ORDER BY s",
+        BATCH_ROWS,
     )
-    out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
-    state = np.zeros(len(SETS), np.int64)  # open intervals of each set before the batch
-    last_t: int | None = None  # the previous batch's last point: where its open stretch starts
-    first_t: int | None = None
+    unions = [_Union(windows) for _ in SETS]  # B, B u Q, B u Q u Y, B u Q u Y u A
     for batch in batches:
-        t = batch.column(0).to_numpy().astype(np.int64)
-        if not len(t):
+        if not batch.num_rows:
             continue
-        code = batch.column(1).to_numpy().astype(np.int64)
-        deltas = np.zeros((len(t), len(SETS)), np.int64)
-        deltas[np.arange(len(t)), code >> 1] = 1 - 2 * (code & 1)
-        if last_t is None:
-            first_t = int(t[0])
-            starts, ends, open_ = t[:-1], t[1:], np.cumsum(deltas, axis=0)[:-1] + state
-        else:
-            starts = np.r_[last_t, t[:-1]]
-            ends = t
-            open_ = np.vstack([state, np.cumsum(deltas, axis=0)[:-1] + state])
-        state = state + deltas.sum(axis=0)
-        last_t = int(t[-1])
-        out += _attributed(starts, ends, open_, windows)
-    for k, (s, e) in enumerate(windows):  # before the first point and after the last: idle, no cause
-        inside = 0
-        if first_t is not None and last_t is not None:
-            edges = I.covered_below(s, e, np.array([first_t, last_t], np.int64))
-            inside = int(edges[1] - edges[0])
-        out[k, -1] += int((e - s).sum()) - inside
+        s = batch.column(0).to_numpy().astype(np.int64)
+        e = batch.column(1).to_numpy().astype(np.int64)
+        c = batch.column(2).to_numpy()
+        for level, union in enumerate(unions):
+            keep = c <= level
+            union.add(s[keep], e[keep])
+    covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
+    lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
+    out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
+    out[:, 0] = covered[:, 0]
+    out[:, 1:-1] = np.diff(covered, axis=1)
+    out[:, -1] = lengths - covered[:, -1]
     return out
 
 
-def _attributed(starts: I.I64, ends: I.I64, open_: np.ndarray, windows: Sequence[Segments]) -> np.ndarray:
-    """The stretches' time inside each scope's windows, by the first set open in the cascade."""
-    busy = open_[:, 0] > 0
-    queued = ~busy & (open_[:, 1] > 0)
-    synced = ~busy & ~queued & (open_[:, 2] > 0)
-    launching = ~busy & ~queued & ~synced & (open_[:, 3] > 0)
-    other = ~busy & ~queued & ~synced & ~launching
-    masks = (busy, queued, synced, launching, other)
-    out = np.zeros((len(windows), len(masks)), np.int64)
-    for k, (s, e) in enumerate(windows):
-        inside = I.covered_below(s, e, ends) - I.covered_below(s, e, starts)
-        out[k] = [int(inside[m].sum()) for m in masks]
-    return out
+class _Union:
+    """The union of intervals that arrive sorted by start, batch after batch, and the time of it
+    inside each scope's windows. The segment still open at the end of a batch is carried over."""
+
+    def __init__(self, windows: Sequence[Segments]) -> None:
+        self.windows = windows
+        self.covered = np.zeros(len(windows), np.int64)
+        self.open: tuple[int, int] | None = None  # (start, reach) of the segment not yet closed
+
+    def add(self, s: I.I64, e: I.I64) -> None:
+        if not len(s):
+            return
+        if self.open is not None:
+            s, e = np.r_[self.open[0], s], np.r_[self.open[1], e]
+        reach = np.maximum.accumulate(e)
+        heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+        ends = reach[np.r_[heads[1:] - 1, len(s) - 1]]
+        self.open = (int(s[heads[-1]]), int(ends[-1]))
+        self._count(s[heads[:-1]], ends[:-1])
+
+    def finish(self) -> I.I64:
+        if self.open is not None:
+            self._count(np.array([self.open[0]], np.int64), np.array([self.open[1]], np.int64))
+            self.open = None
+        return self.covered
+
+    def _count(self, starts: I.I64, ends: I.I64) -> None:
+        if not len(starts):
+            return
+        for k, (ws, we) in enumerate(self.windows):
+            self.covered[k] += int((I.covered_below(ws, we, ends) - I.covered_below(ws, we, starts)).sum())
 
 
 def _device_order(dev: object) -> tuple[int, str]:

@@ -27,6 +27,27 @@ GPU = (
 )
 
 
+# What the scopes' queries read of each GPU row, with one flag per scope (see :func:`scoped_rows`).
+SCOPED_COLUMNS = (
+    "trace_id, event_id, kind, name, short_name, dur_ns, launch_start_ns, launch_end_ns, queue_ns, op_name, "
+    "bytes, occupancy_pct, occupancy_limiter, copy_kind, src_kind, dst_kind"
+)
+
+
+def scoped_rows(withins: list[str]) -> str:
+    """The GPU rows with what the scopes' queries read, and ``in_K``: whether the row's anchor lies in
+    scope K (``withins[K]``: the SQL function of :meth:`Source.within`). Materialised once, so that
+    each scope's seven aggregates scan a table of the Source's database instead of the Parquet,
+    each calling the Python window test on every row again."""
+    flags = "".join(f", {within}(anchor) AS in_{k}" for k, within in enumerate(withins))
+    return f"SELECT {SCOPED_COLUMNS}{flags} FROM ({GPU})"
+
+
+def scope_rows(table: str, k: int) -> str:
+    """The rows of scope ``k`` of a :func:`scoped_rows` table."""
+    return f"SELECT * FROM {table} WHERE in_{k}"
+
+
 def in_scope(rows_sql: str, within: str, time: str) -> str:
     """The rows of ``rows_sql`` whose ``time`` lies in the scope's windows (``within``: the SQL
     function of :meth:`Source.within`)."""

@@ -91,11 +91,14 @@ def measure(
     query, traces = tree_stream(source, facts)
     trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
-    out = []
-    for k, (scope, segments) in enumerate(zip(scopes, windows, strict=True)):
-        name = f"in_scope_{k}"
+    withins = [f"in_scope_{k}" for k in range(len(scopes))]
+    for name, segments in zip(withins, windows, strict=True):
         source.within(name, segments[0], segments[1])
-        out.append(_measure(source, facts, scope, name, trees, k, sweeps[k], thresholds))
+    source.table("scoped_gpu", G.scoped_rows(withins))
+    out = [
+        _measure(source, facts, scope, withins[k], trees, k, sweeps[k], thresholds) for k, scope in enumerate(scopes)
+    ]
+    source.run("DROP TABLE scoped_gpu")
     return out, trees
 
 
@@ -109,7 +112,7 @@ def _measure(
     swept: tuple[dict[str, DeviceTime], IdleBreakdown],
     thresholds: Thresholds,
 ) -> ScopeStats:
-    scoped = G.in_scope(G.GPU, within, "anchor")
+    scoped = G.scope_rows("scoped_gpu", k)
     gpu_ns = G.gpu_time(source, scoped)
     launch = G.launch_facts(source, scoped)
     busy, idle = swept

@@ -1,0 +1,97 @@
+"""The busy sweep (analyses/busy.py) against an independent count over elementary intervals.
+
+busy.py merges four nested unions as the sorted intervals pass, batch after batch. Here every
+interval end and window edge cuts the time line into elementary pieces; a difference array says
+how many intervals of each set cover each piece, and each piece goes to the first set of the
+cascade that covers it. Real traces of both sources; small batches so that unions are carried
+across many batch boundaries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traceconv.analyses import busy as B
+from traceconv.analyses import syncs as Y
+from traceconv.analyses.common import load
+from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.source import Source
+
+from .conftest import fixture
+
+SYNC = "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
+API = "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL"
+TRACES = ("pytorch/h200/train_buggy.pt.trace.json.gz", "nsys/h200/buggy.sqlite", "pytorch/h200/streams_memcpy.json")
+
+
+def _rows(source: Source, sql: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = source.arrow(f"SELECT * FROM ({sql}) WHERE s IS NOT NULL AND e IS NOT NULL AND e > s")
+    dev = np.array([str(d) for d in t["dev"].to_pylist()]) if "dev" in t.column_names else np.array([])
+    return dev, t["s"].to_numpy().astype(np.int64), t["e"].to_numpy().astype(np.int64)
+
+
+def _windows(lo: int, hi: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The whole span, and seven disjoint windows inside it of uneven lengths (like steps)."""
+    cuts = np.linspace(lo, hi, 16).astype(np.int64)
+    steps = (cuts[1::2][:-1] + 7, cuts[2::2] - 3)
+    return [(np.array([lo], np.int64), np.array([hi], np.int64)), (steps[0], steps[1])]
+
+
+def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[dict, list]:
+    gdev, gs, ge = _rows(source, B.GPU_ROWS)
+    qdev, qs, qe = _rows(source, B.QUEUED)
+    _, ys, ye = _rows(source, SYNC)
+    _, as_, ae = _rows(source, API)
+    busy: dict[str, list[int]] = {}
+    causes = np.zeros((len(windows), 4), np.int64)
+    for dev in sorted(set(gdev.tolist())):
+        sets = [(gs[gdev == dev], ge[gdev == dev]), (qs[qdev == dev], qe[qdev == dev]), (ys, ye), (as_, ae)]
+        edges = [np.concatenate([w[0], w[1]]) for w in windows]
+        cuts = np.unique(np.concatenate([x for s, e in sets for x in (s, e)] + edges))
+        a, b = cuts[:-1], cuts[1:]
+        length = b - a
+        cover = []
+        for s, e in sets:
+            diff = np.zeros(len(cuts) + 1, np.int64)
+            np.add.at(diff, np.searchsorted(cuts, s), 1)
+            np.add.at(diff, np.searchsorted(cuts, e), -1)
+            cover.append(np.cumsum(diff)[: len(a)] > 0)
+        first = np.select(cover, [0, 1, 2, 3], 4)
+        busy[dev] = []
+        for k, (ws, we) in enumerate(windows):
+            inside = np.zeros(len(a), bool)
+            for s, e in zip(ws, we, strict=True):
+                inside |= (a >= s) & (b <= e)
+            busy[dev].append(int(length[inside & (first == 0)].sum()))
+            for c in range(4):
+                causes[k, c] += int(length[inside & (first == c + 1)].sum())
+    return busy, causes.tolist()
+
+
+@pytest.mark.parametrize("rows", [B.BATCH_ROWS, 997])
+@pytest.mark.parametrize("rel", TRACES)
+def test_the_sweep_equals_an_independent_count(rel: str, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(B, "BATCH_ROWS", rows)
+    with Source(load(fixture(rel), columns=INPUT_COLUMNS)) as source:
+        Y.prepare_calls(source)
+        lo, hi = source.arrow("SELECT min(start_ns) AS lo, max(end_ns) AS hi FROM events").to_pylist()[0].values()
+        windows = _windows(int(lo), int(hi))
+        want_busy, want_causes = _independent(source, windows)
+        got = B.sweep(source, SYNC, API, windows)
+    assert sum(c for k in want_causes for c in k) > 0 and any(v[0] for v in want_busy.values())  # not vacuous
+    for k, (times, idle) in enumerate(got):
+        assert {d: t.busy_ns for d, t in times.items()} == {d: v[k] for d, v in want_busy.items()}
+        assert [idle.queued, idle.host_sync, idle.host_launch, idle.host_other] == want_causes[k]
+        for t in times.values():
+            assert t.busy_ns + t.idle_ns == t.window_ns == int((windows[k][1] - windows[k][0]).sum())
+
+
+def test_a_union_is_carried_across_batches() -> None:
+    """A segment that one batch opens and the next extends or closes is counted once."""
+    windows = [(np.array([0], np.int64), np.array([100], np.int64))]
+    u = B._Union(windows)
+    u.add(np.array([0, 5], np.int64), np.array([10, 20], np.int64))  # [0, 20) open at the batch's end
+    u.add(np.array([15, 40], np.int64), np.array([30, 50], np.int64))  # extends it to 30; [40, 50) opens
+    u.add(np.array([45], np.int64), np.array([200], np.int64))  # clipped at 100
+    assert u.finish().tolist() == [30 + 60]
