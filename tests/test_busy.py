@@ -3,12 +3,16 @@
 busy.py merges four nested unions as the sorted intervals pass, batch after batch. Here every
 interval end and window edge cuts the time line into elementary pieces; a difference array says
 how many intervals of each set cover each piece, and each piece goes to the first set of the
-cascade that covers it. Real traces of both sources; small batches so that unions are carried
-across many batch boundaries.
+cascade that covers it. Real traces of both sources; small batches and slices so that unions are
+carried across many batch and slice boundaries. Also: a query DuckDB runs out of memory for runs
+once more on one thread.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import duckdb
 import numpy as np
 import pytest
 
@@ -17,6 +21,7 @@ from traceconv.analyses import syncs as Y
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import INPUT_COLUMNS
 from traceconv.analyses.source import Source
+from traceconv.errors import ResourceError
 
 from .conftest import fixture
 
@@ -69,16 +74,30 @@ def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -
     return busy, causes.tolist()
 
 
-@pytest.mark.parametrize("rows", [B.BATCH_ROWS, 997])
+@pytest.mark.parametrize(("rows", "slice_rows"), [(B.BATCH_ROWS, B.SLICE_ROWS), (997, B.SLICE_ROWS), (997, 2500)])
 @pytest.mark.parametrize("rel", TRACES)
-def test_the_sweep_equals_an_independent_count(rel: str, rows: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sweep_equals_an_independent_count(
+    rel: str, rows: int, slice_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(B, "BATCH_ROWS", rows)
+    monkeypatch.setattr(B, "SLICE_ROWS", slice_rows)
+    slices: list[int] = []
+    cut = B._slices
+
+    def counted(*args: object) -> list[tuple[int | None, int | None]]:
+        out = cut(*args)  # type: ignore[arg-type]
+        slices.append(len(out))
+        return out
+
+    monkeypatch.setattr(B, "_slices", counted)
     with Source(load(fixture(rel), columns=INPUT_COLUMNS)) as source:
         Y.prepare_calls(source)
         lo, hi = source.arrow("SELECT min(start_ns) AS lo, max(end_ns) AS hi FROM events").to_pylist()[0].values()
         windows = _windows(int(lo), int(hi))
         want_busy, want_causes = _independent(source, windows)
         got = B.sweep(source, SYNC, API, windows)
+    if slice_rows < B.SLICE_ROWS:
+        assert max(slices) > 3  # the time line was cut into slices
     assert sum(c for k in want_causes for c in k) > 0 and any(v[0] for v in want_busy.values())  # not vacuous
     for k, (times, idle) in enumerate(got):
         assert {d: t.busy_ns for d, t in times.items()} == {d: v[k] for d, v in want_busy.items()}
@@ -95,3 +114,37 @@ def test_a_union_is_carried_across_batches() -> None:
     u.add(np.array([15, 40], np.int64), np.array([30, 50], np.int64))  # extends it to 30; [40, 50) opens
     u.add(np.array([45], np.int64), np.array([200], np.int64))  # clipped at 100
     assert u.finish().tolist() == [30 + 60]
+
+
+class _OutOfMemoryOnce:
+    """A DuckDB connection that runs out of memory the first ``times`` times a query counts rows."""
+
+    def __init__(self, con: Any, times: int) -> None:
+        self.con, self.left, self.threads_seen = con, times, []
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if "count(*)" in sql:
+            self.threads_seen.append(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
+            if self.left:
+                self.left -= 1
+                raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+
+def test_a_query_out_of_memory_runs_once_more_on_one_thread() -> None:
+    with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
+        source.threads = 2
+        source.run("SET threads = 2")
+        want = source.scalar("SELECT count(*) FROM events")
+        real = source.con
+        source.con = flaky = _OutOfMemoryOnce(real, 1)
+        assert source.scalar("SELECT count(*) FROM events") == want
+        assert flaky.threads_seen == [2, 1]  # failed on two threads, then ran on one
+        assert real.execute("SELECT current_setting('threads')").fetchone()[0] == 2  # and back to two
+        source.con = _OutOfMemoryOnce(real, 2)  # out of memory on one thread too: the one-line error
+        with pytest.raises(ResourceError, match="TRACECONV_MEMORY"):
+            source.scalar("SELECT count(*) FROM events")
+        source.con = real

@@ -5,15 +5,19 @@ queued, else the host synced, else it was in a CUDA call, else no cause the trac
 time of each cause is the difference of nested unions: with B the GPU rows, Q the queued spans,
 Y the syncs and A the CUDA calls, busy is |B|, queued |B u Q| - |B|, host sync
 |B u Q u Y| - |B u Q|, and so on, each clipped to each scope's windows. DuckDB sorts a device's
-intervals of all four sets by start (within its memory budget); they come back a batch at a
-time, and each union is merged as they pass (a running maximum of the ends: a new segment
-starts where an interval starts after every earlier one ended), carried over from batch to
-batch. One sort and one pass for every scope together, whatever the number of kernels and
-calls. The host's sets count for every device. Definitions: :mod:`traceconv.analyses.idle`.
+intervals of all four sets by start; they come back a batch at a time, and each union is
+merged as they pass (a running maximum of the ends: a new segment starts where an interval
+starts after every earlier one ended), carried over from batch to batch. The time line is cut
+into slices of about :data:`SLICE_ROWS` intervals (at quantiles of the starts), each sorted on
+its own with its intervals clipped to it: a union's time is the sum of its time in each slice,
+and no sort holds more than a slice, however long the trace. One pass for every scope together,
+whatever the number of kernels and calls. The host's sets count for every device.
+Definitions: :mod:`traceconv.analyses.idle`.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,6 +39,7 @@ QUEUED = (
 SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 BATCH_ROWS = 1 << 18  # intervals a batch of the sorted pass holds
+SLICE_ROWS = 1 << 21  # intervals a slice of the time line holds (what one sort holds), about
 
 
 def _spans(rows_sql: str, column: str, dev: bool = True) -> str:
@@ -75,21 +80,28 @@ def sweep(
 def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.ndarray:
     """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope)."""
     quoted = dev.replace("'", "''")
-    batches = source.batches(
+    spans = (
         f"SELECT s, e, c FROM device_spans WHERE dev = '{quoted}' AND e > s "
-        "UNION ALL SELECT s, e, c FROM host_spans WHERE e > s ORDER BY s",
-        BATCH_ROWS,
+        "UNION ALL SELECT s, e, c FROM host_spans WHERE e > s"
     )
     unions = [_Union(windows) for _ in SETS]  # B, B u Q, B u Q u Y, B u Q u Y u A
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        s = batch.column(0).to_numpy().astype(np.int64)
-        e = batch.column(1).to_numpy().astype(np.int64)
-        c = batch.column(2).to_numpy()
-        for level, union in enumerate(unions):
-            keep = c <= level
-            union.add(s[keep], e[keep])
+    for lo, hi in _slices(source, spans):
+        inside = " AND ".join(
+            ["true", *([f"e > {lo}"] if lo is not None else []), *([f"s < {hi}"] if hi is not None else [])]
+        )
+        clipped = (
+            f"SELECT {_clip('s', lo, 'greatest')} AS s, {_clip('e', hi, 'least')} AS e, c "
+            f"FROM (SELECT * FROM ({spans}) WHERE {inside}) ORDER BY s"
+        )
+        for batch in source.batches(clipped, BATCH_ROWS):
+            if not batch.num_rows:
+                continue
+            s = batch.column(0).to_numpy().astype(np.int64)
+            e = batch.column(1).to_numpy().astype(np.int64)
+            c = batch.column(2).to_numpy()
+            for level, union in enumerate(unions):
+                keep = c <= level
+                union.add(s[keep], e[keep])
     covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
     lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
@@ -97,6 +109,23 @@ def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.nda
     out[:, 1:-1] = np.diff(covered, axis=1)
     out[:, -1] = lengths - covered[:, -1]
     return out
+
+
+def _slices(source: Source, spans: str) -> list[tuple[int | None, int | None]]:
+    """Consecutive slices of the time line, ``[lo, hi)`` (None: unbounded), of about
+    :data:`SLICE_ROWS` of the intervals' starts each."""
+    rows = int(source.scalar(f"SELECT count(*) FROM ({spans})"))
+    pieces = -(-rows // SLICE_ROWS)
+    if pieces <= 1:
+        return [(None, None)]
+    qs = ", ".join(str(k / pieces) for k in range(1, pieces))
+    edges = source.scalar(f"SELECT approx_quantile(s, [{qs}]) FROM ({spans})")
+    cuts: list[int | None] = [None, *sorted({int(v) for v in edges}), None]
+    return list(itertools.pairwise(cuts))
+
+
+def _clip(column: str, bound: int | None, fn: str) -> str:
+    return column if bound is None else f"{fn}({column}, {bound})"
 
 
 class _Union:

@@ -43,7 +43,8 @@ class Source:
         # spill files; removed on close or, for a Source nobody closed, when it is collected or Python exits.
         work = tempfile.mkdtemp(prefix="traceconv-duckdb-")
         self.on_close(weakref.finalize(self, shutil.rmtree, work, True))
-        self.con = duckdb.connect(os.path.join(work, "work.duckdb"), config={"threads": os.cpu_count() or 1})
+        self.threads = os.cpu_count() or 1
+        self.con = duckdb.connect(os.path.join(work, "work.duckdb"), config={"threads": self.threads})
         self.run(f"SET memory_limit = '{MEMORY_LIMIT}'")
         self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
@@ -63,7 +64,22 @@ class Source:
     def run(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """A statement whose result nobody reads, run to its end."""
         with _memory_errors():
-            self.con.execute(sql, params or []).fetchall()
+            self._alone_if_needed(lambda: self.con.execute(sql, params or []).fetchall())
+
+    def _alone_if_needed(self, call: Callable[[], Any]) -> Any:
+        """``call``; where DuckDB runs out of its memory budget, ``call`` once more on one thread (each
+        thread holds sort runs and hash tables of its own: slower, but within the budget where many
+        threads share a small one). A failed statement changed nothing, so it can run again."""
+        try:
+            return call()
+        except duckdb.OutOfMemoryException:
+            if self.threads == 1:
+                raise
+        self.con.execute("SET threads = 1")
+        try:
+            return call()
+        finally:
+            self.con.execute(f"SET threads = {self.threads}")
 
     def has(self, column: str) -> bool:
         return column in self.columns
@@ -74,7 +90,7 @@ class Source:
             if rel is None:  # a statement without a result
                 return pa.table({})
             fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # DuckDB 2 renamed it
-            result: pa.Table = fetch()
+            result: pa.Table = self._alone_if_needed(fetch)
         return result
 
     def frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
@@ -85,7 +101,7 @@ class Source:
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         with _memory_errors():
-            rows = self.con.execute(sql, params or []).fetchall()
+            rows = self._alone_if_needed(lambda: self.con.execute(sql, params or []).fetchall())
         return rows[0][0] if rows else None
 
     def batches(self, sql: str, rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
@@ -94,8 +110,8 @@ class Source:
             rel: Any = self.con.sql(sql)
             if rel is None:  # a statement without a result
                 return
-            reader: pa.RecordBatchReader = (
-                rel.to_arrow_reader(rows) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(rows)
+            reader: pa.RecordBatchReader = self._alone_if_needed(
+                lambda: rel.to_arrow_reader(rows) if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader(rows)
             )
             yield from reader
 
