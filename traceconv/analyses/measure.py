@@ -188,9 +188,11 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
     )
     source.table(
         "tree_launches",
-        "SELECT tc, launch_pid AS pid, launch_start_ns AS t, CAST(sum(isum(d)) OVER "
+        # a running sum over the launches in time order (the default frame takes in every launch at the
+        # same time, so each row holds the sum up to its time, as one row per time would)
+        "SELECT tc, launch_pid AS pid, launch_start_ns AS t, CAST(sum(d) OVER "
         "(PARTITION BY tc, launch_pid ORDER BY launch_start_ns) AS BIGINT) AS cum FROM tree_gpu "
-        "WHERE launch_node IS NOT NULL AND launch_start_ns IS NOT NULL GROUP BY tc, launch_pid, launch_start_ns",
+        "WHERE launch_node IS NOT NULL AND launch_start_ns IS NOT NULL",
     )
     source.table(  # the GPU time its process launched up to each NVTX range's end, minus up to before its start
         "tree_process",
