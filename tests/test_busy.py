@@ -5,7 +5,7 @@ interval end and window edge cuts the time line into elementary pieces; a differ
 how many intervals of each set cover each piece, and each piece goes to the first set of the
 cascade that covers it. Real traces of both sources; small batches and slices so that unions are
 carried across many batch and slice boundaries. Also: a query DuckDB runs out of memory for runs
-once more on one thread.
+once more on one thread, and the aggregate per host range that does runs in parts.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 
 from traceconv.analyses import busy as B
+from traceconv.analyses import measure as M
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import INPUT_COLUMNS
 from traceconv.analyses.source import Source
+from traceconv.analyses.summary import as_dict, summarize
 from traceconv.errors import ResourceError
 
 from .conftest import fixture
@@ -148,3 +150,25 @@ def test_a_query_out_of_memory_runs_once_more_on_one_thread() -> None:
         with pytest.raises(ResourceError, match="TRACECONV_MEMORY"):
             source.scalar("SELECT count(*) FROM events")
         source.con = real
+
+
+@pytest.mark.parametrize("rel", ["nsys/h200/buggy.sqlite", "pytorch/h200/train_buggy.pt.trace.json.gz"])
+def test_the_aggregate_per_host_range_in_parts_is_the_whole(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the aggregate per host range runs out of memory whole, it runs in parts: the same summary."""
+    table = load(fixture(rel), columns=INPUT_COLUMNS)
+    whole = as_dict(summarize(table), 0)
+    tried: list[str] = []
+    real = Source.table
+
+    def short_of_memory(self: Source, name: str, sql: str, params: Any = None) -> None:
+        if name == "tree_gpu_sums":
+            tried.append(sql)
+            if " % " not in sql:
+                raise ResourceError(None, "the analysis needs more than TRACECONV_MEMORY", "set it higher")
+        real(self, name, sql, params)
+
+    monkeypatch.setattr(M, "PARTS", (1, 5))
+    monkeypatch.setattr(Source, "table", short_of_memory)
+    assert as_dict(summarize(table), 0) == whole
+    assert len(tried) == 2 and " % 5 " in tried[1]  # whole (refused), then the first of five parts
+    assert whole["top_ops"] or whole["nvtx"]  # the trees had GPU time to attribute

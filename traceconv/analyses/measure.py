@@ -28,6 +28,9 @@ from traceconv.analyses.source import Source
 from traceconv.analyses.thresholds import Thresholds
 from traceconv.analyses.tree import BATCH_ROWS as TREE_BATCH_ROWS
 from traceconv.analyses.tree import KIND_CODES, Trees, walk
+from traceconv.errors import ResourceError
+
+PARTS = (1, 8, 64)  # the aggregate per host range is tried whole, then in this many parts
 
 
 @dataclass(frozen=True)
@@ -178,14 +181,7 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "LEFT JOIN tree_ranges ro ON ro.tc = c.tc AND ro.event_id = g.op_event_id "
         "WHERE g.kind IN ('kernel', 'memcpy', 'memset') AND (rl.event_id IS NOT NULL OR ro.event_id IS NOT NULL)",
     )
-    source.table(
-        "tree_gpu_sums",
-        "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, bool_or(wanted) AS wanted "
-        "FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, false AS wanted FROM tree_gpu "
-        "WHERE op_node IS NOT NULL UNION ALL SELECT tc, coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu "
-        "UNION ALL SELECT c.tc, s.event_id, 0, 0, true FROM sync_calls s JOIN trace_codes c USING (trace_id) "
-        "WHERE NOT s.activity) GROUP BY ALL",
-    )
+    _per_range_sums(source)
     source.table(
         "tree_launches",
         # a running sum over the launches in time order (the default frame takes in every launch at the
@@ -217,6 +213,33 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
     return query, traces
+
+
+def _per_range_sums(source: Source) -> None:
+    """The table ``tree_gpu_sums``: per host range, the GPU time whose operator it is, whose first node
+    it is, and whether its region is asked for. A group per launching call (millions in a large
+    trace): where DuckDB cannot hold them within its memory budget, the event ids are aggregated a
+    part at a time, so that each hash table holds a part of the groups."""
+    for parts in PARTS:
+        try:
+            for k in range(parts):
+                part = f"AND (event_id % {parts} + {parts}) % {parts} = {k}" if parts > 1 else ""
+                select = (
+                    "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, "
+                    "bool_or(wanted) AS wanted FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, "
+                    "false AS wanted FROM tree_gpu WHERE op_node IS NOT NULL UNION ALL SELECT tc, "
+                    "coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
+                    "true FROM sync_calls s JOIN trace_codes c USING (trace_id) WHERE NOT s.activity) "
+                    f"WHERE true {part} GROUP BY ALL"
+                )
+                if k == 0:
+                    source.table("tree_gpu_sums", select)
+                else:
+                    source.run(f"INSERT INTO tree_gpu_sums {select}")
+            return
+        except ResourceError:
+            if parts == PARTS[-1]:
+                raise
 
 
 def _regions(trees: Trees) -> pa.Table:
