@@ -167,10 +167,12 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
     kinds = " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KIND_CODES))
     source.table(
         "tree_ranges",
-        f"SELECT c.tc, r.event_id, CAST(CASE r.kind {kinds} END AS TINYINT) AS kind, r.name, r.start_ns, "
+        # names as their label codes (a small join here, not a join on text over every range later)
+        f"SELECT c.tc, r.event_id, CAST(CASE r.kind {kinds} END AS TINYINT) AS kind, "
+        "CAST(coalesce(l.id, -1) AS INTEGER) AS label, coalesce(l.is_step, false) AS step, r.start_ns, "
         f"coalesce(r.end_ns, {facts.last_end}) AS end_ns, r.dur_ns, "
         "CAST(hash(r.trace_id, r.pid, r.tid) >> 1 AS BIGINT) AS thread, r.pid "
-        f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id)",
+        f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name",
     )
     source.table(
         "tree_gpu",
@@ -204,11 +206,11 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
     )
     source.run("DROP TABLE tree_gpu")
     query = (
-        "SELECT r.tc AS trace, r.event_id, r.kind, coalesce(l.id, -1) AS label, r.kind < 2 AS is_op, "
-        "coalesce(l.is_step, false) AND r.kind < 2 AS is_step, r.kind = 1 AND NOT coalesce(l.is_step, false) "
+        "SELECT r.tc AS trace, r.event_id, r.kind, r.label, r.kind < 2 AS is_op, "
+        "r.step AND r.kind < 2 AS is_step, r.kind = 1 AND NOT r.step "
         "AS is_region, r.start_ns, r.end_ns, r.dur_ns, r.thread, coalesce(g.self_gpu, 0) AS self_gpu, "
         "coalesce(g.first_gpu, 0) AS first_gpu, coalesce(p.process_gpu, 0) AS process_gpu, "
-        "coalesce(g.wanted, false) AS wanted FROM tree_ranges r LEFT JOIN labels l ON l.name = r.name "
+        "coalesce(g.wanted, false) AS wanted FROM tree_ranges r "
         "LEFT JOIN tree_gpu_sums g USING (tc, event_id) LEFT JOIN tree_process p USING (tc, event_id) "
         "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
