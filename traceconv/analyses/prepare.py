@@ -66,11 +66,12 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     last_anchor = source.scalar(
         "SELECT max(coalesce(launch_start_ns, start_ns)) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
     )
+    kind = _source(source)
     return Facts(
-        source=_source(source),
+        source=kind,
         window=_window(source),
         steps=find_steps(_step_ranges(source, last_end)),
-        program=_program(source),
+        program=_program(source, kind),
         labels=names,
         label_names=label_names,
         last_end=int(last_end) if last_end is not None else 0,
@@ -78,12 +79,22 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     )
 
 
+def host_names(source: Source) -> list[tuple[str, str | None]]:
+    """Each distinct (kind, name) of the host ranges, read once per Source (for the labels, the
+    program and the CUDA calls of the syncs)."""
+
+    def read() -> list[tuple[str, str | None]]:
+        rows = source.arrow(f"SELECT DISTINCT kind, name FROM ({HOST_RANGES})")
+        return list(zip(rows["kind"].to_pylist(), rows["name"].to_pylist(), strict=True))
+
+    names: list[tuple[str, str | None]] = source.kept("host_names", read)
+    return names
+
+
 def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list[str]]:
     """Every name of a host range or an ``op_name``, with the name it is grouped by."""
-    names = source.arrow(
-        f"SELECT DISTINCT name FROM ({HOST_RANGES}) WHERE name IS NOT NULL UNION "
-        "SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL"
-    )["name"].to_pylist()
+    ops = source.arrow("SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL")["op_name"].to_pylist()
+    names = sorted({n for _, n in host_names(source) if n is not None} | set(ops))
     grouped = [_EMIT_NVTX.sub("", n) for n in names]
     grouped = [step_label(g) if step_re.search(g) else g for g in grouped]
     steps = [bool(step_re.search(n)) for n in names]  # a step by its own name
@@ -129,14 +140,15 @@ def _window(source: Source) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _program(source: Source) -> Program:
-    """PyTorch or another CUDA program, and whether it already replays CUDA graphs."""
-    names = source.arrow(
-        f"SELECT DISTINCT name FROM ({HOST_RANGES}) UNION "
-        "SELECT DISTINCT name FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
-    )["name"].to_pylist()
-    api = source.arrow(f"SELECT DISTINCT name FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'")["name"].to_pylist()
-    torch = "pytorch" in _source(source) or any(_PYTORCH.search(str(n)) for n in names if n is not None)
+def _program(source: Source, kind: str | None = None) -> Program:
+    """PyTorch or another CUDA program, and whether it already replays CUDA graphs (``kind``: the
+    input's sources, as :func:`_source` says)."""
+    hosts = host_names(source)
+    gpu = source.arrow("SELECT DISTINCT name FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')")
+    names = [n for _, n in hosts] + gpu["name"].to_pylist()
+    api = [n for k, n in hosts if k == "cuda_api"]
+    kind = _source(source) if kind is None else kind
+    torch = "pytorch" in kind or any(_PYTORCH.search(str(n)) for n in names if n is not None)
     return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api if n))
 
 

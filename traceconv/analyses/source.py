@@ -38,6 +38,7 @@ class Source:
     def __init__(self, data: pa.Table | Sequence[Path], name: str = "") -> None:
         self.name = name
         self._closers: list[Callable[[], object]] = []
+        self._kept: dict[str, Any] = {}
         # One working folder per Source (processes never share one): the database file that holds the
         # tables analyses materialise (written out, so that its pages can leave memory) and DuckDB's
         # spill files; removed on close or, for a Source nobody closed, when it is collected or Python exits.
@@ -133,6 +134,12 @@ class Source:
         with contextlib.suppress(duckdb.InvalidInputException):
             self.con.remove_function(name)
         self.con.create_function(name, inside, ["BIGINT"], "BOOLEAN", type=PythonUDFType.ARROW, side_effects=False)
+
+    def kept(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, made once per Source: what several analyses read of the same input."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
 
     def register(self, name: str, data: pa.Table | pd.DataFrame) -> None:
         """A small table of ours (windows, name labels) that queries can join."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceconv.analyses.prepare import HOST_RANGES, NO_OP
+from traceconv.analyses.prepare import HOST_RANGES, NO_OP, host_names
 from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
 from traceconv.analyses.source import Source
 
@@ -37,7 +37,7 @@ def prepare_calls(source: Source) -> None:
     """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread: read
     from the events once, for the queries here and the busy sweep's) and ``sync_calls``: every
     host-blocking sync of the input, classified (see the module)."""
-    names = source.arrow(f"SELECT DISTINCT name FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'")["name"].to_pylist()
+    names = [n for k, n in host_names(source) if k == "cuda_api"]
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
     source.register(
         "api_names",
