@@ -66,12 +66,12 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     last_anchor = source.scalar(
         "SELECT max(coalesce(launch_start_ns, start_ns)) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
     )
-    kind = _source(source)
+    sources = _source(source)
     return Facts(
-        source=kind,
+        source=sources,
         window=_window(source),
         steps=find_steps(_step_ranges(source, last_end)),
-        program=_program(source, kind),
+        program=_program(source, sources),
         labels=names,
         label_names=label_names,
         last_end=int(last_end) if last_end is not None else 0,
@@ -140,15 +140,14 @@ def _window(source: Source) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _program(source: Source, kind: str | None = None) -> Program:
-    """PyTorch or another CUDA program, and whether it already replays CUDA graphs (``kind``: the
-    input's sources, as :func:`_source` says)."""
+def _program(source: Source, sources: str) -> Program:
+    """PyTorch or another CUDA program, and whether it already replays CUDA graphs (``sources``: the
+    input's, as :func:`_source` says)."""
     hosts = host_names(source)
     gpu = source.arrow("SELECT DISTINCT name FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')")
     names = [n for _, n in hosts] + gpu["name"].to_pylist()
     api = [n for k, n in hosts if k == "cuda_api"]
-    kind = _source(source) if kind is None else kind
-    torch = "pytorch" in kind or any(_PYTORCH.search(str(n)) for n in names if n is not None)
+    torch = "pytorch" in sources or any(_PYTORCH.search(str(n)) for n in names if n is not None)
     return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api if n))
 
 

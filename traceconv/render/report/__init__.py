@@ -2,8 +2,8 @@
 
 :func:`one_page` and :func:`diff_page` measure (the summary, the timeline's breakdown and series,
 the kernels' histograms, the diff) and lay out the page; :func:`write` writes it under a temporary
-name and renames it; :func:`check_output` (:mod:`traceconv.render.report_output`) refuses an output that would
-destroy data, before any work is done.
+name and renames it. Where a report may be written is checked before any of this is imported
+(:mod:`traceconv.render.report_output`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from traceconv.errors import TraceconvError
 from traceconv.render.report.assets import vega_bundle
 from traceconv.render.report.page import Page
 from traceconv.render.report.sections import RunFigures, diff_section, run_sections
-from traceconv.render.report_output import check_output
 
 DEFAULT_TOP = 15
 Step = Callable[[int, int], None]  # progress: parts done, parts in all
@@ -116,4 +115,4 @@ def write(page: Page, out: Path) -> Written:
     return Written(out, len(text), len(page.charts))
 
 
-__all__ = ["Options", "Written", "check_output", "diff_page", "figures", "one_page", "write"]
+__all__ = ["Options", "Written", "diff_page", "figures", "one_page", "write"]
