@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import stat
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
@@ -38,10 +40,10 @@ shutil.copy({export!r}, out)
 """
 
 
-def fake_nsys(folder: Path, log: Path, fail: bool = False, name: str = "nsys") -> Path:
+def fake_nsys(folder: Path, log: Path, fail: bool = False, name: str = "nsys", export: Path = EXPORT) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / name
-    script.write_text(FAKE.format(python=sys.executable, log=str(log), fail=fail, export=str(EXPORT)))
+    script.write_text(FAKE.format(python=sys.executable, log=str(log), fail=fail, export=str(export)))
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return script
 
@@ -85,6 +87,35 @@ def test_a_report_is_exported_once_into_the_cache_and_read(
     os.utime(report, (cache.stat().st_mtime + 10, cache.stat().st_mtime + 10))
     traceconv.read(report)
     assert len(calls(log)) == 2  # a newer report is exported again
+
+
+def test_a_report_whose_export_is_out_of_order_is_exported_once_and_read_sorted(
+    report: Path, tmp_path: Path, no_nsys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hand-made: buggy.sqlite with its API calls stored in reverse, as the fake nsys's export. The
+    conversion starts again with that table sorted by SQLite, from the cached export."""
+    from traceconv.readers.nsys import batches
+
+    reversed_export = tmp_path / "reversed.sqlite"
+    shutil.copy(EXPORT, reversed_export)
+    runtime = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    with sqlite3.connect(reversed_export) as db:
+        db.execute(f"CREATE TABLE r AS SELECT * FROM {runtime} ORDER BY rowid DESC")
+        db.execute(f"DELETE FROM {runtime}")
+        db.execute(f"INSERT INTO {runtime} SELECT * FROM r")
+        db.execute("DROP TABLE r")
+    sorted_whole = traceconv.read(reversed_export)  # fewer rows than a batch: sorted in memory
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("PATH", str(fake_nsys(tmp_path / "bin", log, export=reversed_export).parent))
+    monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
+    got = traceconv.read(report)
+    assert len(calls(log)) == 1
+
+    def values(table: pa.Table) -> pa.Table:  # batches have dictionaries of their own
+        cols = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
+        return pa.table(cols, names=table.column_names).drop_columns(["trace_id"])
+
+    assert values(got).equals(values(sorted_whole))
 
 
 def test_explicit_nsys_wins_over_env_which_wins_over_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

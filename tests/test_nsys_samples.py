@@ -15,10 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import traceconv
 import traceconv.readers.nsys.sql
+import traceconv.readers.nsys.stream
 from traceconv import schema as S
 
 from .conftest import fixture
@@ -195,21 +197,107 @@ def test_frees_count_against_the_total(tmp_path: Path) -> None:
     )
 
 
-def test_an_unsorted_table_is_read_in_start_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hand-made: fixed.sqlite with its API calls stored in reverse, read in batches through SQLite's sort."""
+def _stored_otherwise(tmp_path: Path, name: str, *sql: str) -> Path:
+    """Hand-made: fixed.sqlite changed by ``sql`` (no real export stores a table out of time order)."""
+    path = tmp_path / name
+    path.write_bytes(FIXED.read_bytes())
+    with sqlite3.connect(path) as db:
+        for statement in sql:
+            db.execute(statement)
+    return path
+
+
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+@pytest.mark.parametrize(
+    ("case", "table", "batch", "sql"),
+    [
+        # API calls stored in reverse: the first batch is out of order
+        (
+            "reversed",
+            RUNTIME,
+            1000,
+            [
+                f"CREATE TABLE r AS SELECT * FROM {RUNTIME} ORDER BY rowid DESC",
+                f"DELETE FROM {RUNTIME}",
+                f"INSERT INTO {RUNTIME} SELECT * FROM r",
+                "DROP TABLE r",
+            ],
+        ),
+        # the first kernel of the second batch starts before the last of the first: only the
+        # boundary between two batches is out of order, in the third table converted
+        (
+            "boundary",
+            KERNEL,
+            1000,
+            [f"UPDATE {KERNEL} SET start = (SELECT start - 1 FROM {KERNEL} WHERE rowid = 999) WHERE rowid = 1001"],
+        ),
+        # copies, converted after kernels of which ten have lost their call (a count that must not double)
+        (
+            "late",
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            100,
+            [
+                f"UPDATE {KERNEL} SET correlationId = -5 WHERE rowid <= 10",
+                "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = "
+                "(SELECT start - 1 FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE rowid = 3) WHERE rowid = 120",
+            ],
+        ),
+    ],
+)
+def test_a_table_out_of_order_is_read_again_through_sqlites_sort(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, table: str, batch: int, sql: list[str]
+) -> None:
+    """Batches are read by rowid ranges and checked as they come; a table out of order starts the
+    conversion again with that table read through SQLite's sort. The result equals the table read
+    whole and sorted in memory, the output file too, and nothing is left beside it."""
     from traceconv.readers.nsys import batches
 
-    path = tmp_path / "reversed.sqlite"
-    path.write_bytes(FIXED.read_bytes())
-    runtime = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    with sqlite3.connect(path) as db:
-        db.execute(f"CREATE TABLE r AS SELECT * FROM {runtime} ORDER BY rowid DESC")
-        db.execute(f"DELETE FROM {runtime}")
-        db.execute(f"INSERT INTO {runtime} SELECT * FROM r")
-        db.execute("DROP TABLE r")
-    whole = traceconv.read(path)  # read whole and sorted in memory, as before batches
-    monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
-    plan = batches.plan(traceconv.readers.nsys.sql.Database(path), runtime, ["start"], ("start",))
-    assert plan.key is not None and plan.ranges is None  # not in order: SQLite sorts it
+    path = _stored_otherwise(tmp_path, f"{case}.sqlite", *sql)
+    whole = traceconv.read(path)  # read whole and sorted in memory (fewer rows than a batch)
+    expected = traceconv.convert(path, tmp_path / "whole" / "whole.parquet").info
+    monkeypatch.setattr(batches, "BATCH_ROWS", batch)
+    db = traceconv.readers.nsys.sql.Database(path)
+    try:
+        assert batches.plan(db, table, ["start"], ("start",)).check == "start"  # read by ranges, checked
+        assert batches.plan(db, table, ["start"], ("start",), sort=True).key == "[start]"
+    finally:
+        db.close()
+    sorted_plans: list[str] = []
+    plan = batches.plan
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        got = plan(*args, **kwargs)
+        if got.key is not None:
+            sorted_plans.append(got.table)
+        return got
+
+    monkeypatch.setattr(traceconv.readers.nsys.stream, "plan", spy)
     streamed = traceconv.read(path)
     assert _values(streamed).equals(_values(whole))
+    assert sorted_plans == [table]  # read again, sorted by SQLite: that table only
+    out = tmp_path / "out" / f"{case}.parquet"
+    result = traceconv.convert(path, out)
+    assert _values(pq.read_table(out)).equals(_values(whole))
+    assert (result.info.notes, result.info.counters) == (expected.notes, expected.counters)  # not twice
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
+
+
+def test_key_order_of_batches_is_order_by_with_nulls_first() -> None:
+    """Hand-made columns: the order :class:`KeyOrder` accepts is ``ORDER BY key, rowid``'s."""
+    from traceconv.readers.nsys.batches import KeyOrder
+
+    def holds(*batches: list[int | None]) -> bool:
+        order = KeyOrder("start")
+        return all(order.holds(pa.table({"start": pa.array(b, pa.int64())})) for b in batches)
+
+    assert holds([None, None, 1, 1, 2], [2, 3], [], [5])
+    assert holds([None], [None, 4], [4])
+    assert not holds([1, 2], [1])  # across batches
+    assert not holds([1, 3, 2])
+    assert not holds([None, 1, None])  # a null after a value
+    assert not holds([1], [None, 2])
+    assert not holds([-(2**63)], [None])  # the smallest int64 is still after null
+    assert not KeyOrder("start").holds(pa.table({"end": [1]}))  # no key: not known to be in order

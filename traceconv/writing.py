@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +22,7 @@ from traceconv.background import BackgroundWriter
 from traceconv.errors import TraceconvError
 from traceconv.parquet_join import Joiner, Piece
 from traceconv.readers import Progress, Reader, open_reader
+from traceconv.readers.base import Rewind
 
 DICTIONARY_COLUMNS = [c.name for c in S.COLUMNS if c.type == S.DICT]
 # Min/max statistics let a reader skip row groups when it filters (DuckDB, pyarrow.dataset,
@@ -54,6 +55,8 @@ ZSTD_COLUMNS = frozenset(
 COMPRESSION = {c.name: "zstd" if c.name in ZSTD_COLUMNS else "snappy" for c in S.COLUMNS}
 COMPRESSION_LEVEL = {name: 1 for name in ZSTD_COLUMNS}
 WRITE_BUFFER = 1 << 18
+REWINDS = 64  # most restarts of one conversion (a reader restarts once per table it finds out of order)
+T = TypeVar("T")
 # Data pages of 256 KiB instead of pyarrow's 1 MiB: the writer thread holds a page's worth of
 # each column while it encodes, and the args text of a row group is several pages.
 DATA_PAGE = 1 << 18
@@ -299,13 +302,24 @@ def convert(
     pieces = encoded(new_writer, tally) if encoded is not None else None
     if pieces is not None:
         return write_pieces(reader, pieces, out, partitioned=partitioned)
-    return write_tables(reader, reader.tables(), out, partitioned=partitioned)
+    return rewound(lambda: write_tables(reader, reader.tables(), out, partitioned=partitioned))
+
+
+def rewound(run: Callable[[], T]) -> T:
+    """``run()`` (which reads a reader's tables), run again while the reader asks to start over:
+    each time it has learnt how one more of its tables is stored, so at most that many times."""
+    for _ in range(REWINDS):
+        try:
+            return run()
+        except Rewind:
+            continue
+    return run()
 
 
 def read(path: Path, fmt: str | None = None, **options: Any) -> pa.Table:
     """Read one input file into a single unified ``pyarrow.Table`` (metadata on its schema)."""
     reader = open_reader(Path(path), fmt, **options)
-    tables = list(reader.tables())
+    tables = rewound(lambda: list(reader.tables()))
     table = pa.concat_tables(tables) if tables else S.empty_table()
     result = WriteResult(path=Path(path))
     for t in tables:

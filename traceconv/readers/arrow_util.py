@@ -80,6 +80,19 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray, fill: int = -1) -> I64:
     return np.asarray(arr.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+def first_codes(values: I64) -> tuple[I64, I64]:
+    """(code of each value, position of each code's first row): codes count the distinct values
+    in the order they first come. A hash, not a sort (``np.unique``): the same groups, in
+    another order, several times faster on a batch."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    codes = np.asarray(pc.dictionary_encode(pa.array(values)).indices, dtype=np.int64)
+    new = np.empty(len(codes), dtype=bool)
+    new[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=new[1:])  # a code above all before it
+    return codes, np.flatnonzero(new)
+
+
 def dict_codes(arr: pa.Array) -> tuple[list[str | None], I64]:
     """Dictionary-encode: (distinct values, int64 codes with -1 for null)."""
     enc = arr if pa.types.is_dictionary(arr.type) else pc.dictionary_encode(arr)
@@ -123,10 +136,12 @@ def constant(n: int, value: str) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([value]))
 
 
-def from_codes(codes: I64, values: Sequence[str | None]) -> pa.Array:
-    """Dictionary array from codes into ``values`` (-1 = null)."""
+def from_codes(codes: I64, values: Sequence[str | None] | pa.Array) -> pa.Array:
+    """Dictionary array from codes into ``values`` (-1 = null; a string array is used as it is)."""
     indices = pa.array(codes.astype(np.int32), mask=codes < 0)
-    return pa.DictionaryArray.from_arrays(indices, pa.array(list(values), type=pa.string()))
+    if not isinstance(values, pa.Array):
+        values = pa.array(list(values), type=pa.string())
+    return pa.DictionaryArray.from_arrays(indices, values)
 
 
 def raw_texts(raws: list[msgspec.Raw]) -> pa.Array:

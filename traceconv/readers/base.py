@@ -24,6 +24,11 @@ def trace_stem(path: Path) -> str:
     return stem or name
 
 
+class Rewind(Exception):
+    """Raised by a reader's ``tables()`` that must be read again from the start (it found its input
+    stored otherwise than it assumed, and now knows how to read it): what it yielded does not stand."""
+
+
 @dataclass
 class TraceInfo:
     """Trace-level facts a reader learns while reading; complete once its tables are consumed."""

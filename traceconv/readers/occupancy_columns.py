@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from traceconv.readers.arrow_util import I64, from_codes, text_is, to_numpy
+from traceconv.readers.arrow_util import I64, first_codes, from_codes, text_is, to_numpy
 from traceconv.readers.occupancy import LIMITERS, Device, Fit, Result, fit, occupancy
 
 THEORETICAL, EST, LIMITER, VS_KINETO = (
@@ -192,15 +192,15 @@ def _per_config(device_list: list[Device], device_at: I64, threads: I64, regs: I
     memory); the grid's share (:func:`occupancy`) per kernel."""
     n = len(threads)
     parts = [np.full(n, np.nan) for _ in range(4)] + [np.full(n, -1, dtype=np.int64)]
-    distinct, first, inverse = np.unique(_config_ids(device_at, threads, regs, smem), True, True)
-    for d in np.unique(device_at):
+    config, first = first_codes(_config_ids(device_at, threads, regs, smem))
+    for d in np.unique(device_at[first]):
         device = device_list[int(d)]
         mine = np.flatnonzero(device_at[first] == d)  # this device's distinct configurations
         f = fit(device, threads[first[mine]], regs[first[mine]], smem[first[mine]])
-        where = np.full(len(distinct), -1, dtype=np.int64)
+        where = np.full(len(first), -1, dtype=np.int64)
         where[mine] = np.arange(len(mine))
         rows = np.flatnonzero(device_at == d)
-        pick = where[inverse.reshape(-1)[rows]]
+        pick = where[config[rows]]
         r = occupancy(device, Fit(f.active[pick], f.kineto_active[pick], f.binds[pick]), threads[rows], blocks[rows])
         for part, got in zip(
             parts, (r.theoretical_pct, r.est_pct, r.est_as_kineto, r.kineto_pct, r.limiter), strict=True

@@ -1,11 +1,13 @@
 """How an export's tables are read: in bounded batches of rows, in their event order, ahead of use.
 
 A table of at most :data:`BATCH_ROWS` rows is read whole and put in order in memory. A larger
-one is read :data:`BATCH_ROWS` rows at a time: by rowid ranges where its rows are already in
-order (every export of the corpus; SQLite checks it without a sort), else through SQLite's
-``ORDER BY`` (which sorts on disk). Rowid ranges are read by :data:`WORKERS` threads at once,
-each with its own SQLite connection (ADBC and SQLite work outside the GIL), up to
-:data:`AHEAD` batches ahead of the one being converted; the batches are handed over in order.
+one is read :data:`BATCH_ROWS` rows at a time by rowid ranges, its rows taken to be stored in
+order (every export of the corpus): its batches are checked as they are converted
+(:class:`KeyOrder`), and a table found out of order is read again, through SQLite's
+``ORDER BY`` (which sorts on disk), by a conversion started afresh (:class:`Unordered`). Rowid
+ranges are read by :data:`WORKERS` threads at once, each with its own SQLite connection (ADBC
+and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the one being converted;
+the batches are handed over in order.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from traceconv.readers.nsys.sql import Database
+from traceconv.readers.arrow_util import to_numpy
+from traceconv.readers.nsys.sql import Database, affinity
 
 BATCH_ROWS = 1 << 15  # rows per batch: bounds the memory of a table in flight
 WORKERS = 2  # threads reading at once
@@ -27,33 +32,81 @@ AHEAD = 2  # batches read ahead of the one being converted
 
 @dataclass(frozen=True)
 class Plan:
-    """How one table is read: ``ranges`` of rowids in order, or whole (``None``), or sorted by SQLite (``key``)."""
+    """How one table is read: ``ranges`` of rowids in order (of ``check``, when it is said: the
+    batches are checked), or whole (``None``), or sorted by SQLite (``key``)."""
 
     table: str
     columns: list[str]
     rows: int
     ranges: list[tuple[int, int]] | None = None
     key: str | None = None
+    check: str | None = None
 
     @property
     def whole(self) -> bool:
         return self.ranges is None and self.key is None
 
 
-def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...]) -> Plan:
-    """The plan for ``table``, ordered by the first of ``keys`` it has (none: read whole, sorted in memory)."""
+def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...], sort: bool = False) -> Plan:
+    """The plan for ``table``, ordered by the first of ``keys`` it has (none: read whole, sorted in
+    memory): by rowid ranges checked as they come, or sorted by SQLite when ``sort`` (the table was
+    found out of order) or when the key is not an integer column among those read (then SQLite
+    checks the stored order first: each row against the next by rowid, a scan, no sort)."""
     lo, hi = db.extent(table)
     have = db.columns(table)
     key = next((k for k in keys if k in have or k == "rowid"), None)
+    rows = db.count(table)
     if key is None or hi - lo + 1 <= BATCH_ROWS:
-        return Plan(table, columns, db.count(table))
+        return Plan(table, columns, rows)
     ranges = [(a, min(a + BATCH_ROWS, hi + 1)) for a in range(lo, hi + 1, BATCH_ROWS)]
     if key == "rowid":
-        return Plan(table, columns, db.count(table), ranges)
+        return Plan(table, columns, rows, ranges)
+    if sort:
+        return Plan(table, columns, rows, key=f"[{key}]")
+    if key in columns and affinity(have[key]) == pa.int64():
+        return Plan(table, columns, rows, ranges, check=key)
     pairs, ordered = db.in_order(table, f"[{key}]")
     if pairs == hi - lo and ordered:  # no gap, in order
-        return Plan(table, columns, hi - lo + 1, ranges)
-    return Plan(table, columns, db.count(table), key=f"[{key}]")
+        return Plan(table, columns, rows, ranges)
+    return Plan(table, columns, rows, key=f"[{key}]")
+
+
+class Unordered(Exception):
+    """A table read by rowid ranges turned out not to be in the order of its key."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(table)
+        self.table = table
+
+
+class KeyOrder:
+    """Whether the batches of a table, one after another, keep the order that ``ORDER BY key,
+    rowid`` gives (nulls first): then reading by rowid ranges reads them in that order."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._valid_seen = False  # a row with a value came: no null may follow
+        self._last = np.iinfo(np.int64).min
+
+    def holds(self, batch: pa.Table) -> bool:
+        if batch.num_rows == 0:
+            return True
+        if self.key not in batch.column_names:
+            return False
+        col = batch[self.key]
+        values = to_numpy(col)
+        if col.null_count:
+            valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+            nulls_first = not bool((valid[:-1] & ~valid[1:]).any())  # no null after a value
+            if not nulls_first or (self._valid_seen and not valid[0]):
+                return False
+            values = values[valid]
+        if len(values) == 0:
+            return True
+        if (self._valid_seen and values[0] < self._last) or bool((values[1:] < values[:-1]).any()):
+            return False
+        self._valid_seen, self._last = True, int(values[-1])
+        return True
 
 
 class Reads:

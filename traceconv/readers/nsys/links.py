@@ -27,6 +27,7 @@ class Vocabulary:
     def __init__(self) -> None:
         self.values: list[str | None] = []
         self._code: dict[str | None, int] = {}
+        self._array: pa.Array | None = None  # ``values`` as a string array, while none is added
 
     def codes(self, arr: Col) -> I64:
         """Each row's code (-1: null) of a dictionary column."""
@@ -39,11 +40,14 @@ class Vocabulary:
         if code is None:
             code = self._code[value] = len(self.values)
             self.values.append(value)
+            self._array = None
         return code
 
     def array(self, codes: I64) -> DictCol:
         """Dictionary column of ``codes`` (-1: null) with every value seen as its dictionary."""
-        return as_dict(from_codes(codes, self.values))
+        if self._array is None:
+            self._array = pa.array(self.values, pa.string())
+        return as_dict(from_codes(codes, self._array))
 
 
 class Ranges:

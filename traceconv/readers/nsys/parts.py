@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.readers import arrow_util
-from traceconv.readers.arrow_util import I64, from_codes, to_numpy
+from traceconv.readers.arrow_util import I64, first_codes, from_codes, to_numpy
 from traceconv.readers.nsys.sql import Database
 from traceconv.readers.sorted_keys import SortedKeys, lookup
 
@@ -127,14 +127,15 @@ class Strings:
         self.values = value if value is not None else pa.array([], pa.string())
 
     def names(self, ids: I64, transform: Callable[[str], str] | None = None) -> DictCol:
-        uniq, inverse = np.unique(ids, return_inverse=True)
+        codes, first = first_codes(ids)
+        uniq = ids[first]
         pos = lookup(uniq, self.ids)
         found = (uniq >= 0) & (pos >= 0)
         values: list[str | None] = self.values.take(arrow(np.maximum(pos, 0))).to_pylist() if len(pos) else []
         values = [v if ok else None for v, ok in zip(values, found.tolist(), strict=True)]
         if transform is not None:
             values = [transform(v) if v is not None else None for v in values]
-        return dictionary(inverse.reshape(-1).astype(np.int64), values, found)
+        return dictionary(codes, values, found)
 
 
 def dictionary(codes: I64, values: list[str | None], valid: Bools) -> DictCol:
@@ -161,9 +162,10 @@ class NamesByKey:
     def __init__(self, table_keys: I64, table_values: list[str | None]) -> None:
         self._keys = SortedKeys(table_keys[::-1].copy())
         padded = [*table_values[::-1], None]
-        self._distinct = sorted({v for v in padded if v is not None})
-        where = {v: i for i, v in enumerate(self._distinct)}
+        distinct = sorted({v for v in padded if v is not None})
+        where = {v: i for i, v in enumerate(distinct)}
         self._remap = np.array([where[v] if v is not None else -1 for v in padded], dtype=np.int64)
+        self._distinct = pa.array(distinct, pa.string())  # every batch's dictionary
 
     def __call__(self, keys: I64) -> DictCol:
         pos = self._keys.find(keys)
@@ -186,8 +188,7 @@ def json_args(table: pa.Table, names: list[str], labels: dict[str, DictCol] | No
     )
     if not cols:
         return None
-    inverse = row_codes(list(cols.values()))
-    distinct_rows, first = np.unique(inverse, return_index=True)
+    codes, first = first_codes(row_codes(list(cols.values())))
     if len(first) > max(1024, table.num_rows // 4):
         return _joined_args(cols)
     rows = pa.table(cols).take(arrow(first)).to_pylist()
@@ -197,7 +198,7 @@ def json_args(table: pa.Table, names: list[str], labels: dict[str, DictCol] | No
         )
         for r in rows
     ]
-    return pa.array(texts, pa.string()).take(arrow(np.searchsorted(distinct_rows, inverse)))
+    return pa.array(texts, pa.string()).take(arrow(codes))
 
 
 def row_codes(cols: list[Col]) -> I64:

@@ -12,6 +12,7 @@ Nothing from the profiled environment is copied unless asked for
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,7 +20,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from traceconv.process import paused_gc
-from traceconv.readers.base import Progress, TraceInfo, trace_stem, unlaunched_note
+from traceconv.readers.base import Progress, Rewind, TraceInfo, trace_stem, unlaunched_note
+from traceconv.readers.nsys.batches import Unordered
 from traceconv.readers.nsys.enums import Enums
 from traceconv.readers.nsys.meta import (
     Names,
@@ -43,7 +45,12 @@ CUDA_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, GRAPH)
 
 
 class NsysReader:
-    """One ``.sqlite`` export. ``source_path`` names the report it came from, when it did."""
+    """One ``.sqlite`` export. ``source_path`` names the report it came from, when it did.
+
+    ``sort``: the tables found out of order by earlier reads of this export (read through
+    SQLite's sort); a table found so raises :class:`~traceconv.readers.base.Rewind` and joins it
+    (a report's reader shares its set with the reader of its export).
+    """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"include_environment", "source_path"})
 
@@ -59,8 +66,10 @@ class NsysReader:
         self.info = TraceInfo(path=shown, source="nsys", trace_id=trace_stem(shown))
         self._progress = progress
         self._include_environment = include_environment
+        self.sort: set[str] = set()
 
     def tables(self) -> Iterator[pa.Table]:
+        before = copy.deepcopy(self.info)
         db = Database(self.path)
         try:
             check_export(db)
@@ -68,12 +77,16 @@ class NsysReader:
             strings = Strings(db)
             present = self._present(db)
             ctx = Context(db, strings, Enums(db), Domains(db, strings), MetricNames(db), Totals(), devices(db))
-            stream = Stream(self.info, ctx, Names(db, strings), offset, self._progress)
+            stream = Stream(self.info, ctx, Names(db, strings), offset, self._progress, frozenset(self.sort))
             with paused_gc():  # batches of arrays, not of Python objects: collecting finds no cycles
                 yield from stream.tables(present)
             if db.replaced:
                 where = ", ".join(f"{table} {count:,}" for table, count in sorted(db.replaced.items()))
                 self.info.notes.append(f"texts with invalid UTF-8 kept with U+FFFD in place of the bad bytes: {where}")
+        except Unordered as exc:
+            self.sort.add(exc.table)
+            self.info = before
+            raise Rewind(f"{exc.table} is not stored in time order: read again through SQLite's sort") from None
         finally:
             db.close()
         unlinked = self.info.counters.get("gpu_rows_without_launch", 0)

@@ -117,6 +117,7 @@ class NsysReportReader:
         self.info = TraceInfo(path=self.path, source="nsys", trace_id=trace_stem(self.path))
         self._progress = progress
         self._include_environment = include_environment
+        self._sort: set[str] = set()  # the export's tables found out of order (NsysReader's ``sort``)
         self.nsys = find_nsys(nsys)
         if self.nsys is None:
             by_hand = shlex.join(export_command("nsys", self.path, self.path.with_suffix(".sqlite")))
@@ -154,6 +155,7 @@ class NsysReportReader:
     def tables(self) -> Iterator[pa.Table]:
         cache = self.export()
         inner = NsysReader(cache, self._progress, self._include_environment, source_path=self.path)
+        inner.sort = self._sort
         inner.info.ignored.extend(self.info.ignored)
         self.info = inner.info
         self.info.notes.append(f"exported with {self.nsys} to {cache}")

@@ -176,7 +176,7 @@ class Database:
     def _typed_names(self, table: str, wanted: Sequence[str]) -> tuple[list[str], dict[str, pa.DataType]]:
         have = self.columns(table)
         names = [c for c in wanted if c in have]
-        return names, {c: _affinity(have[c]) for c in names}
+        return names, {c: affinity(have[c]) for c in names}
 
     def _count_replaced(self, table: str, line: _Line) -> None:
         if line.replaced:
@@ -332,7 +332,7 @@ def _source(text: bytes) -> IO[Any]:
     return cast(IO[Any], pa.BufferReader(text))
 
 
-def _affinity(declared: str) -> pa.DataType:
+def affinity(declared: str) -> pa.DataType:
     """SQLite's type affinity rules, as Arrow types (an untyped column is read as text)."""
     if "INT" in declared:
         return pa.int64()

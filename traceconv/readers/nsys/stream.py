@@ -21,7 +21,7 @@ from traceconv.errors import InputError
 from traceconv.process import return_freed_memory
 from traceconv.readers.arrow_util import I64, identity
 from traceconv.readers.base import Progress, TraceInfo
-from traceconv.readers.nsys.batches import Plan, Reads, plan
+from traceconv.readers.nsys.batches import KeyOrder, Plan, Reads, Unordered, plan
 from traceconv.readers.nsys.launches import LaunchIndex, nothing
 from traceconv.readers.nsys.links import Ranges, Vocabulary, launch_columns
 from traceconv.readers.nsys.meta import Names
@@ -51,11 +51,23 @@ class _Table:
 
 
 class Stream:
-    """Converts the ``sources`` present in ``ctx.db``, yielding one unified table per batch."""
+    """Converts the ``sources`` present in ``ctx.db``, yielding one unified table per batch.
 
-    def __init__(self, info: TraceInfo, ctx: Context, names: Names, offset: int, progress: Progress | None) -> None:
+    ``sort``: the tables to read through SQLite's sort (found out of order before); a table read
+    by rowid ranges that is not in order raises :class:`~.batches.Unordered`.
+    """
+
+    def __init__(
+        self,
+        info: TraceInfo,
+        ctx: Context,
+        names: Names,
+        offset: int,
+        progress: Progress | None,
+        sort: frozenset[str] = frozenset(),
+    ) -> None:
         self.info, self.ctx, self.names, self.offset = info, ctx, names, offset
-        self._progress = progress
+        self._progress, self._sort = progress, sort
         self.nvtx_names, self.api_names = Vocabulary(), Vocabulary()
         self.ranges = Ranges(self.nvtx_names)
         self.calls: dict[bool, LaunchIndex] = {}  # by_process -> the calls keyed that way
@@ -66,7 +78,7 @@ class Stream:
 
     def tables(self, sources: list[Source]) -> Iterator[pa.Table]:
         db = self.ctx.db
-        plans = [plan(db, s.table, s.columns(db), s.keys) for s in sources]
+        plans = [plan(db, s.table, s.columns(db), s.keys, s.table in self._sort) for s in sources]
         firsts = np.cumsum([0, *(p.rows for p in plans)])[:-1].tolist()
         self._first_api_id = next((f for s, f in zip(sources, firsts, strict=True) if s.table == RUNTIME), 0)
         for s in sources:
@@ -91,7 +103,10 @@ class Stream:
     def _table(self, source: Source, p: Plan, batches: Iterator[pa.Table], first_id: int) -> Iterator[pa.Table]:
         done = _Table()
         self.info.counters[f"rows_{p.table}"] = p.rows
+        order = KeyOrder(p.check) if p.check is not None else None
         for batch in batches:
+            if order is not None and not order.holds(batch):
+                raise Unordered(p.table)
             part = source.convert(batch, self.ctx)
             del batch
             if p.whole:
