@@ -28,17 +28,39 @@ GPU = (
 
 
 # What the scopes' queries read of each GPU row, with one flag per scope (see :func:`scoped_rows`).
+# Its three texts of many values are kept as hashes (``name_h``, ``short_h``, ``op_h``; texts in
+# ``gpu_texts``): a table of numbers is a third of the time and size of one with the names.
 SCOPED_COLUMNS = (
-    "trace_id, event_id, kind, name, short_name, dur_ns, launch_start_ns, launch_end_ns, queue_ns, op_name, "
-    "bytes, occupancy_pct, occupancy_limiter, copy_kind, src_kind, dst_kind"
+    "trace_id, event_id, kind, th(name) AS name_h, th(short_name) AS short_h, dur_ns, launch_start_ns, "
+    "launch_end_ns, queue_ns, th(op_name) AS op_h, bytes, occupancy_pct, occupancy_limiter, copy_kind, src_kind, "
+    "dst_kind"
 )
+_TEXTS = " UNION ".join(f"SELECT {c} AS text FROM ({GPU})" for c in ("name", "short_name", "op_name"))
+SALTS = 8  # hashes tried, each with another salt, until no two of the texts share one
+
+
+def prepare_texts(source: Source) -> None:
+    """The table ``gpu_texts`` (``h``: the hash of ``text``; ``nccl``: a NCCL kernel's name) and the
+    macro ``th(x)``, the hash of a text of the GPU rows (null stays null), with the first salt that
+    gives each of their texts a hash of its own (a 64-bit hash: the first one, but for a collision)."""
+    source.table("gpu_text_values", f"SELECT text FROM ({_TEXTS}) WHERE text IS NOT NULL")
+    for salt in range(SALTS):
+        source.table(
+            "gpu_texts",
+            f"SELECT hash(text, {salt}) AS h, text, starts_with(lower(text), 'nccl') AS nccl FROM gpu_text_values",
+        )
+        if source.scalar("SELECT count(DISTINCT h) = count(*) FROM gpu_texts"):
+            source.run("DROP TABLE gpu_text_values")
+            source.run(f"CREATE OR REPLACE MACRO th(x) AS CASE WHEN x IS NULL THEN NULL ELSE hash(x, {salt}) END")
+            return
+    raise RuntimeError(f"{SALTS} hashes of the GPU rows' texts all collide")  # 64-bit: never
 
 
 def scoped_rows(withins: list[str]) -> str:
     """The GPU rows with what the scopes' queries read, and ``in_K``: whether the row's anchor lies in
     scope K (``withins[K]``: the SQL function of :meth:`Source.within`). Materialised once, so that
     each scope's seven aggregates scan a table of the Source's database instead of the Parquet,
-    each calling the Python window test on every row again."""
+    each calling the Python window test on every row again. Needs :func:`prepare_texts`."""
     flags = "".join(f", {within}(anchor) AS in_{k}" for k, within in enumerate(withins))
     return f"SELECT {SCOPED_COLUMNS}{flags} FROM ({GPU})"
 
@@ -61,12 +83,17 @@ def gpu_time(source: Source, scoped: str) -> int:
 def kernel_table(source: Source, scoped: str) -> pd.DataFrame:
     """Kernels per name: count, execution total and mean, queue total and mean, share of the kernels' time."""
     out = source.frame(
-        "SELECT coalesce(name, '(unnamed)') AS name, count(*) AS count, total(dur_ns) AS dur_ns, "
-        "total(queue_ns) AS queue_ns, count(queue_ns) AS queued, "
-        "min_by(short_name, event_id) FILTER (WHERE short_name IS NOT NULL) AS short_name, "
+        # per hash of the name, then per name as shown (a kernel named "(unnamed)" and unnamed ones are one)
+        "WITH g AS (SELECT name_h, count(*) AS count, total(dur_ns) AS dur_ns, total(queue_ns) AS queue_ns, "
+        "count(queue_ns) AS queued, arg_min(short_h, event_id) FILTER (WHERE short_h IS NOT NULL) AS short_h, "
+        "min(event_id) FILTER (WHERE short_h IS NOT NULL) AS short_first, "
         "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_w, "
         "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_t "
-        f"FROM ({scoped}) WHERE kind = 'kernel' GROUP BY 1"
+        f"FROM ({scoped}) WHERE kind = 'kernel' GROUP BY 1) "
+        "SELECT coalesce(n.text, '(unnamed)') AS name, isum(g.count) AS count, isum(g.dur_ns) AS dur_ns, "
+        "isum(g.queue_ns) AS queue_ns, isum(g.queued) AS queued, arg_min(s.text, g.short_first) AS short_name, "
+        "sum(g.occ_w) AS occ_w, sum(g.occ_t) AS occ_t FROM g LEFT JOIN gpu_texts n ON n.h = g.name_h "
+        "LEFT JOIN gpu_texts s ON s.h = g.short_h GROUP BY 1"
     )
     out["occupancy_pct"] = (out["occ_w"] / out["occ_t"].where(out["occ_t"] > 0)).astype("float64")
     out["avg_ns"] = out["dur_ns"] / out["count"]
@@ -111,7 +138,7 @@ def _copy_ops(source: Source, scoped: str) -> dict[str, list[CopyOpTally]]:
         "SELECT coalesce(c.copy_kind, 'Unknown') AS dir, coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
         "count(*) AS count, total(c.dur_ns) AS dur_ns, total(c.bytes) AS bytes, "
         "min(c.event_id) AS first "
-        f"FROM ({scoped}) c LEFT JOIN labels l ON l.name = c.op_name "
+        f"FROM ({scoped}) c LEFT JOIN gpu_texts o ON o.h = c.op_h LEFT JOIN labels l ON l.name = o.text "
         "LEFT JOIN copy_nodes n ON n.trace_id = c.trace_id AND n.event_id = c.event_id "
         "LEFT JOIN regions r ON r.trace_id = n.trace_id AND r.event_id = n.node "
         "WHERE c.kind = 'memcpy' GROUP BY ALL ORDER BY dir, dur_ns DESC, count DESC, first",
@@ -133,18 +160,20 @@ def _region(region: Any, op: Any) -> str | None:
 def launch_facts(source: Source, scoped: str) -> LaunchFacts:
     """Kernel launch figures: queue median, kernels shorter than their own launch call, occupancy."""
     f = source.arrow(
-        "WITH k AS (SELECT name, dur_ns, queue_ns, occupancy_pct, launch_end_ns - launch_start_ns AS api "
-        f"FROM ({scoped}) WHERE kind = 'kernel') SELECT count(*) AS kernels, count(api) AS launched, "
+        "WITH k AS (SELECT coalesce(n.nccl, false) AS nccl, dur_ns, queue_ns, occupancy_pct, "
+        f"launch_end_ns - launch_start_ns AS api FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h "
+        "WHERE kind = 'kernel') SELECT count(*) AS kernels, count(api) AS launched, "
         "count(*) FILTER (WHERE dur_ns < api) AS tiny, median(dur_ns) FILTER (WHERE dur_ns < api) AS tiny_med, "
         "median(api) AS api_med, median(queue_ns) AS queue_med, count(queue_ns) AS queued, "
         "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_w, "
         "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_t, count(*) FILTER (WHERE occ) AS occ_n "
-        "FROM (SELECT *, occupancy_pct IS NOT NULL AND NOT starts_with(lower(coalesce(name, '')), 'nccl') AS occ "
-        "FROM k)"
+        "FROM (SELECT *, occupancy_pct IS NOT NULL AND NOT nccl AS occ FROM k)"
     ).to_pylist()[0]
     tiny = source.arrow(
-        f"SELECT coalesce(name, 'None') AS name, count(*) AS n, min(event_id) AS first FROM ({scoped}) "
-        "WHERE kind = 'kernel' AND dur_ns < launch_end_ns - launch_start_ns GROUP BY 1 ORDER BY n DESC, first LIMIT 3"
+        f"WITH g AS (SELECT name_h, count(*) AS n, min(event_id) AS first FROM ({scoped}) "
+        "WHERE kind = 'kernel' AND dur_ns < launch_end_ns - launch_start_ns GROUP BY 1) "
+        "SELECT coalesce(t.text, 'None') AS name, isum(g.n) AS n, min(g.first) AS first FROM g "
+        "LEFT JOIN gpu_texts t ON t.h = g.name_h GROUP BY 1 ORDER BY n DESC, first LIMIT 3"
     ).to_pylist()
     return LaunchFacts(
         kernels=int(f["kernels"]),
@@ -165,8 +194,9 @@ def occupancy_limiters(source: Source, scoped: str) -> dict[str, int]:
     """Execution time of the occupancy-judged kernels (not NCCL) per limiter, largest first."""
     rows = source.arrow(
         "SELECT CAST(occupancy_limiter AS VARCHAR) AS lim, total(dur_ns) AS t "
-        f"FROM ({scoped}) WHERE kind = 'kernel' AND occupancy_pct IS NOT NULL AND occupancy_limiter IS NOT NULL "
-        "AND NOT starts_with(lower(coalesce(name, '')), 'nccl') GROUP BY 1 ORDER BY t DESC, lim"
+        f"FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h WHERE kind = 'kernel' "
+        "AND occupancy_pct IS NOT NULL AND occupancy_limiter IS NOT NULL AND NOT coalesce(n.nccl, false) "
+        "GROUP BY 1 ORDER BY t DESC, lim"
     ).to_pylist()
     return {str(r["lim"]): int(r["t"]) for r in rows}
 

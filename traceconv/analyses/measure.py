@@ -97,11 +97,13 @@ def measure(
     withins = [f"in_scope_{k}" for k in range(len(scopes))]
     for name, segments in zip(withins, windows, strict=True):
         source.within(name, segments[0], segments[1])
+    G.prepare_texts(source)
     source.table("scoped_gpu", G.scoped_rows(withins))
     out = [
         _measure(source, facts, scope, withins[k], trees, k, sweeps[k], thresholds) for k, scope in enumerate(scopes)
     ]
     source.run("DROP TABLE scoped_gpu")
+    source.run("DROP TABLE gpu_texts")
     return out, trees
 
 
