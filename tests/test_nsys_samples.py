@@ -281,7 +281,10 @@ def test_a_table_out_of_order_is_read_again_through_sqlites_sort(
     out = tmp_path / "out" / f"{case}.parquet"
     result = traceconv.convert(path, out)
     assert _values(pq.read_table(out)).equals(_values(whole))
-    assert (result.info.notes, result.info.counters) == (expected.notes, expected.counters)  # not twice
+    again = f"not stored in time order, so read again through SQLite's sort (a second pass): {table}"
+    assert result.info.notes.count(again) == 1
+    others = [n for n in result.info.notes if n != again]
+    assert (others, result.info.counters) == (expected.notes, expected.counters)  # the first attempt's not kept
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
 
 

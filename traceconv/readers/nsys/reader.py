@@ -80,6 +80,11 @@ class NsysReader:
             stream = Stream(self.info, ctx, Names(db, strings), offset, self._progress, frozenset(self.sort))
             with paused_gc():  # batches of arrays, not of Python objects: collecting finds no cycles
                 yield from stream.tables(present)
+            if self.sort:
+                self.info.notes.append(
+                    "not stored in time order, so read again through SQLite's sort (a second pass): "
+                    + ", ".join(sorted(self.sort))
+                )
             if db.replaced:
                 where = ", ".join(f"{table} {count:,}" for table, count in sorted(db.replaced.items()))
                 self.info.notes.append(f"texts with invalid UTF-8 kept with U+FFFD in place of the bad bytes: {where}")
