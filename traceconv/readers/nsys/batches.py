@@ -50,8 +50,8 @@ class Plan:
 def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...], sort: bool = False) -> Plan:
     """The plan for ``table``, ordered by the first of ``keys`` it has (none: read whole, sorted in
     memory): by rowid ranges checked as they come, or sorted by SQLite when ``sort`` (the table was
-    found out of order) or when the key is not an integer column among those read (then SQLite
-    checks the stored order first: each row against the next by rowid, a scan, no sort)."""
+    found out of order) or when the key is not an integer column among those read (no export
+    has such a key: there is nothing to check the batches against)."""
     lo, hi = db.extent(table)
     have = db.columns(table)
     key = next((k for k in keys if k in have or k == "rowid"), None)
@@ -61,13 +61,8 @@ def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...], so
     ranges = [(a, min(a + BATCH_ROWS, hi + 1)) for a in range(lo, hi + 1, BATCH_ROWS)]
     if key == "rowid":
         return Plan(table, columns, rows, ranges)
-    if sort:
-        return Plan(table, columns, rows, key=f"[{key}]")
-    if key in columns and affinity(have[key]) == pa.int64():
+    if not sort and key in columns and affinity(have[key]) == pa.int64():
         return Plan(table, columns, rows, ranges, check=key)
-    pairs, ordered = db.in_order(table, f"[{key}]")
-    if pairs == hi - lo and ordered:  # no gap, in order
-        return Plan(table, columns, rows, ranges)
     return Plan(table, columns, rows, key=f"[{key}]")
 
 

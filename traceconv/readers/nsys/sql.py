@@ -127,18 +127,6 @@ class Database:
             lo, hi = self.conn.execute(sql).fetchone()
         return (int(lo), int(hi)) if lo is not None else (0, -1)
 
-    def in_order(self, table: str, key: str) -> tuple[int, bool]:
-        """(rows that have a row at the next rowid, whether every such next row comes later in
-        ``key`` order, nulls first as ``ORDER BY`` puts them). SQLite compares each row with the
-        next by rowid: a scan, no sort. With no gap between rowids, the first is rows - 1 and the
-        second says that reading rowid ranges reads the table in ``key`` order."""
-        inverted = f"b.{key} < a.{key} OR (b.{key} IS NULL AND a.{key} IS NOT NULL)"
-        pairs = f"[{table}] AS a JOIN [{table}] AS b ON b.rowid = a.rowid + 1"
-        sql = f"SELECT count(*), coalesce(max({inverted}), 0) FROM {pairs}"
-        with self.guard(table):
-            pairs, unordered = self.conn.execute(sql).fetchone()
-        return int(pairs), not unordered
-
     def read(self, table: str, wanted: Sequence[str], rows: tuple[int, int] | None = None, where: str = "") -> pa.Table:
         """The columns of ``wanted`` that ``table`` has, as typed Arrow columns, in rowid order:
         every row, or those whose rowid is in ``rows`` (``[lo, hi)``), or those ``where`` selects."""
