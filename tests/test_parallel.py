@@ -6,6 +6,7 @@ import gzip
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -54,6 +55,47 @@ def test_workers_give_the_single_process_result(
     assert parallel.info.counters == single.info.counters
     assert parallel.info.metadata == single.info.metadata
     assert not os.listdir(tmp_path)  # the workers' temporary files are gone
+
+
+def _cuts(path: Path, chunk: int, positioned: bool) -> list[tuple[int, int, bytes]]:
+    """Each chunk's (offset, length, first and last bytes) as the chunker hands it out."""
+    seen: list[tuple[int, int, bytes]] = []
+
+    def decode(data: Any) -> list[None]:
+        text = bytes(data)  # a Span reads its bytes where it lies
+        seen.append((chunks.offset, len(data), text[:40] + text[-40:]))
+        return []
+
+    chunks = EventChunks(path, decode, None, chunk, positioned=positioned)
+    for _ in chunks:
+        pass
+    return seen
+
+
+PLAIN = [p for p in real_files("pytorch", ("*.json",)) if param_path(p).stat().st_size > 4 * SMALL]
+
+
+@pytest.mark.parametrize("chunk", [SMALL, SMALL + 4099])
+@pytest.mark.parametrize("path", PLAIN, ids=lambda p: p.name[:60])
+def test_positioned_cuts_are_the_reading_cuts(path: Path, chunk: int) -> None:
+    """Pass 1's main process only looks for the cuts (its workers read the chunks): the chunks
+    are those that reading the trace through gives, at every offset."""
+    reading = _cuts(path, chunk, positioned=False)
+    assert len(reading) > 3
+    assert _cuts(path, chunk, positioned=True) == reading
+
+
+def test_positioned_cuts_find_a_cut_beyond_the_first_window(tmp_path: Path) -> None:
+    """Hand-made: events of 10 kB (a long name), larger than the bytes first read at a cut, and
+    long runs of spaces between them, so that some cuts lie across a window's end."""
+    gap = b"}" + b" " * 1500 + b"," + b" " * 1500 + b"{"
+    events = gap.join(b'"ph": "X", "name": "%s", "ts": %d, "dur": 1' % (b"n" * (9_000 + 37 * i), i) for i in range(60))
+    events = b"{" + events + b"}"
+    path = tmp_path / "long_events.json"
+    path.write_bytes(b'{"traceEvents": [\n' + events + b"\n]}")
+    reading = _cuts(path, 32 << 10, positioned=False)
+    assert len(reading) > 3
+    assert _cuts(path, 32 << 10, positioned=True) == reading
 
 
 def test_one_worker_and_this_process_share_the_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

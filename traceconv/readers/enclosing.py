@@ -92,14 +92,20 @@ class Innermost:
         self.end = np.full(n, -1, np.int64)
         self.values = [np.full(n, -1, dtype) for dtype in payload]
 
-    def offer(self, points: Points, lo: I64, hi: I64, start: I64, end: I64, payload: Sequence[Ints]) -> None:
+    def offer(
+        self, points: Points, lo: I64, hi: I64, start: I64, end: I64, payload: Sequence[Ints], tie: Ints | None = None
+    ) -> None:
         """Ranges covering the sorted points ``[lo, hi)`` (from :meth:`Points.covered`)."""
         owner, pos = spans(lo, hi)
-        self.improve(points.order[pos], start[owner], end[owner], [v[owner] for v in payload])
+        ties = None if tie is None else tie[owner]
+        self.improve(points.order[pos], start[owner], end[owner], [v[owner] for v in payload], ties)
 
-    def improve(self, j: Ints, start: I64, end: I64, payload: Sequence[Ints]) -> None:
-        """Candidate ranges for points ``j`` (pairs): keep the innermost per point, if it beats the one held."""
-        order = np.lexsort((-end, start, j))
+    def improve(self, j: Ints, start: I64, end: I64, payload: Sequence[Ints], tie: Ints | None = None) -> None:
+        """Candidate ranges for points ``j`` (pairs): keep the innermost per point, if it beats the one held.
+
+        ``tie``: of equal ranges the one with the highest, then the last (several offers made as
+        one: a later offer's equal range would not have replaced an earlier one's)."""
+        order = np.lexsort((-end, start, j) if tie is None else (tie, -end, start, j))
         j, start, end = j[order], start[order], end[order]
         last = np.flatnonzero(np.append(j[1:] != j[:-1], True)) if len(j) else np.empty(0, np.int64)
         j, start, end = j[last], start[last], end[last]

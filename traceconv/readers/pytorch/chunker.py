@@ -11,18 +11,20 @@ it with its absolute byte offset.
 
 from __future__ import annotations
 
+import io
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import orjson
 
 from traceconv.errors import InputError, UnsupportedFormatError
 from traceconv.readers.pytorch.gunzip import GZIP_ERRORS, open_binary
-from traceconv.readers.pytorch.prefetch import Prefetch
+from traceconv.readers.pytorch.prefetch import BLOCK, Prefetch
 
 # Target bytes of events decoded at once. A chunk being decoded and built takes several times
 # its size in a process, and each process's heap keeps room for about that much: smaller chunks,
@@ -90,6 +92,11 @@ class EventChunks:
     and raises :class:`ChunkDecodeError` on failure. ``progress(n)`` gets raw bytes read.
     With ``salvage``, truncation and damage keep every complete event and are recorded
     in :attr:`damage` instead of raising.
+
+    ``positioned`` (a plain file whose chunks the caller's workers read again themselves, as
+    pass 1's do): the file is not read through; each cut is looked for in a few bytes read at
+    its position, and ``decode`` gets a :class:`Span` (the chunk's place; ``bytes(span)`` reads
+    it). The cuts are those of the reading path, which holds a block-at-a-time buffer.
     """
 
     def __init__(
@@ -99,8 +106,10 @@ class EventChunks:
         progress: Callable[[int], None] | None = None,
         chunk_size: int = CHUNK,
         salvage: bool = False,
+        positioned: bool = False,
     ) -> None:
         self.path = path
+        self.positioned = positioned
         self.decode = decode
         self.progress = progress
         self.chunk_size = chunk_size
@@ -123,17 +132,22 @@ class EventChunks:
         except OSError as exc:
             raise InputError(self.path, f"cannot be read ({exc.strerror or exc})", "check the path") from exc
         with fh:
-            blocks = Prefetch(fh)
+            plain = isinstance(fh, io.BufferedReader)
+            blocks: Prefetch | Positioned = Positioned(fh) if self.positioned and plain else Prefetch(fh)
             try:
                 buf, eof = self._header(blocks)
-                for decoded in self._events(blocks, buf, eof):
+                if isinstance(blocks, Positioned):
+                    events = self._events_positioned(blocks, eof)
+                else:
+                    events = self._events(blocks, buf, eof)
+                for decoded in events:
                     self.events += len(decoded)
                     yield decoded
             finally:
                 blocks.close()
 
     # -- reading --------------------------------------------------------------------
-    def _read(self, fh: Prefetch) -> bytes:
+    def _read(self, fh: Prefetch | Positioned) -> bytes:
         if self._cut_short:
             return b""
         try:
@@ -153,7 +167,7 @@ class EventChunks:
         return data
 
     # -- header ---------------------------------------------------------------------
-    def _header(self, fh: Prefetch) -> tuple[bytearray, bool]:
+    def _header(self, fh: Prefetch | Positioned) -> tuple[bytearray, bool]:
         buf = bytearray()
         eof = False
         while True:
@@ -244,6 +258,48 @@ class EventChunks:
             self._offset += next_start
             del buf[:next_start]
 
+    def _events_positioned(self, fh: Positioned, eof: bool) -> Iterator[Sized]:
+        """:meth:`_events` without its buffer: the buffer's bounds (the chunk's start, and the
+        end of the blocks the reading path would hold) are kept, and bytes are read only where
+        a cut is looked for, and at the end of the array."""
+        start = self._offset
+        while start < fh.tell() and fh.at(start, 1) in (b" ", b"\t", b"\r", b"\n"):
+            start += 1
+        self._offset = start
+        want = 2 * self.chunk_size
+        while True:
+            if self.progress is not None:
+                self.progress(fh.tell())
+            n = fh.tell() - start  # the length of the buffer the reading path would hold
+            if not eof and n < want:
+                eof = not fh.skip()
+                continue
+            found = None
+            if not (eof and 2 * n <= 3 * self.chunk_size):
+                match = _first_match(fh, start + min(self.chunk_size, max(n - 1, 0)), start + n)
+                if match is not None:
+                    end, next_start = match
+                    found = next_start - start, self.decode(Span(fh, start, end - start))  # type: ignore[arg-type]
+            if found is None and eof:
+                found = self._last_cut(fh.at(start, n))
+            if found is None and not eof:  # one event is larger than the buffer: read on
+                if n > MAX_EVENT:
+                    raise InputError(
+                        self.path,
+                        f"an event at byte {self._offset:,} is larger than {MAX_EVENT >> 20} MiB",
+                        "this is not a trace as PyTorch writes it",
+                    )
+                want = min(max(n + 2 * self.chunk_size, 2 * n), MAX_EVENT + self.chunk_size)
+                continue
+            want = 2 * self.chunk_size
+            if found is None:
+                yield from self._finish(fh.at(start, n))
+                return
+            next_start, decoded = found
+            yield decoded
+            start += next_start
+            self._offset = start
+
     def _cut(self, buf: bytearray, eof: bool) -> tuple[int, Sized] | None:
         """Decode the shortest prefix ending at a confirmed cut beyond the target size.
 
@@ -271,7 +327,7 @@ class EventChunks:
                     return None
         return None
 
-    def _last_cut(self, buf: bytearray) -> tuple[int, Sized] | None:
+    def _last_cut(self, buf: bytearray | bytes) -> tuple[int, Sized] | None:
         """At the end of input: everything up to the last event boundary, leaving one event and the tail.
 
         A failure here may be a candidate inside the keys after the array; the exact
@@ -363,10 +419,77 @@ class EventChunks:
         )
 
 
-def _prefix(buf: bytearray, end: int) -> bytes:
+def _prefix(buf: bytearray | bytes, end: int) -> bytes:
     """``bytes(buf[:end])`` with one copy instead of two (a slice of a bytearray is a copy)."""
     with memoryview(buf) as view:
         return bytes(view[:end])
+
+
+class Positioned:
+    """The blocks :class:`Prefetch` would read, without reading them: ``read`` reads a block (the
+    header's few), ``skip`` only moves on, ``at`` reads the bytes at a position."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self._fh = fh
+        self._fd = fh.fileno()
+        self._size = os.fstat(self._fd).st_size
+        self._position = 0
+
+    def read(self) -> tuple[bytes, int | None]:
+        data = self.at(self._position, min(BLOCK, self._size - self._position))
+        self._position += len(data)
+        return data, None
+
+    def skip(self) -> int:
+        """Move one block on, as :meth:`read` would; the bytes it would have returned (0: the end)."""
+        step = min(BLOCK, self._size - self._position)
+        self._position += step
+        return step
+
+    def at(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, offset)
+        if len(data) != length:  # the file changed while it was read: the reading path decides
+            raise InputError(Path(self._fh.name), "changed while it was read", "convert it once it is complete")
+        return data
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        pass
+
+
+class Span:
+    """Where a chunk lies in a :class:`Positioned` file; ``bytes(span)`` reads it."""
+
+    def __init__(self, fh: Positioned, offset: int, length: int) -> None:
+        self._fh, self.offset, self._length = fh, offset, length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __bytes__(self) -> bytes:
+        return self._fh.at(self.offset, self._length)
+
+
+WINDOW = 4096  # bytes first read where a cut is looked for (events are a few hundred bytes)
+
+
+def _first_match(fh: Positioned, lo: int, hi: int) -> tuple[int, int] | None:
+    """The first :data:`CUT` starting at or after ``lo`` in ``[lo, hi)``: the absolute offsets
+    just past its ``}`` and of its ``{`` (None: none). Windows grow until one holds a whole
+    match: the first match found in a window is the first in the range (an earlier one cut
+    off by the window's end would leave no room for another ``}`` after it)."""
+    size = WINDOW
+    while lo < hi:
+        window = fh.at(lo, min(size, hi - lo))
+        m = CUT.search(window)
+        if m is not None:
+            return lo + m.start() + 1, lo + m.end() - 1
+        if lo + len(window) >= hi:
+            return None
+        size *= 4
+    return None
 
 
 def _array_end(buf: bytes) -> int | None:

@@ -15,7 +15,7 @@ the link columns of each batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,9 @@ _ROW_COLUMNS = [col for _, col in _COLS] + ["name", "pid_label", "tid_label"]
 
 # A call without a correlation id gets a key that no GPU row's probe (an id, or -1) equals.
 NO_CALL = -2
+# Operator rows fed to the resolver at once (whole chunks' worth, a few chunks): fewer calls,
+# and the pairs of operator and covered API call of one batch in memory.
+FEED_ROWS = 32768
 
 
 def labelled_id(code: I64) -> I64:
@@ -212,11 +215,11 @@ class LinkIndex:
         self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
         resolver = OperatorResolver(self.api, self.gpu, events)  # keeps sorted copies of the External ids
         del self.api["ext"], self.gpu["ext"], self.gpu["corr"]
-        # A chunk's operators at a time: larger batches are faster and take more memory (the
-        # pairs of operator and API call each batch expands to).
+        # Several chunks' operators at a time: larger batches are faster (fewer calls) and take
+        # more memory (the pairs of operator and API call each batch expands to).
         try:
-            for ops in op_tables:
-                resolver.feed({name: to_numpy(ops[name]) for name in ops.column_names})
+            for ops in _batches(op_tables, FEED_ROWS):
+                resolver.feed(ops)
             self.api["op_eid"], self.api["op_name"] = resolver.api_result()
         finally:
             resolver.annotations.close()  # its temporary file, if it needed one, also after an error
@@ -314,6 +317,27 @@ def _gather(values: I64 | None, idx: I64) -> I64:
     if values is None or not len(values):
         return np.full(len(idx), -1, dtype=np.int64)
     return np.where(idx >= 0, values[np.maximum(idx, 0)].astype(np.int64), -1)
+
+
+def _batches(tables: Iterable[pa.Table], rows: int) -> Iterator[dict[str, I64]]:
+    """Consecutive chunks' operator tables as batches of at least ``rows`` rows (the last may be
+    smaller), as numpy columns with each row's chunk in the batch (``chunk``: 0, 1 ...)."""
+    held: list[pa.Table] = []
+    count = 0
+
+    def batch() -> dict[str, I64]:
+        cols = {name: np.concatenate([to_numpy(t[name]) for t in held]) for name in held[0].column_names}
+        cols["chunk"] = np.repeat(np.arange(len(held), dtype=np.int64), [t.num_rows for t in held])
+        return cols
+
+    for table in tables:
+        held.append(table)
+        count += table.num_rows
+        if count >= rows:
+            yield batch()
+            held, count = [], 0
+    if held:
+        yield batch()
 
 
 def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:

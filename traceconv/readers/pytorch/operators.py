@@ -51,12 +51,16 @@ class OperatorResolver:
         self.points = Points(self._thread_codes(api["pid"], api["tid"]), api["start"], reuse_group=True)
 
     def feed(self, ops: dict[str, I64]) -> None:
+        """One batch of operators: one chunk's, or several chunks' with each row's ``chunk`` (0, 1
+        ...): the result is that of the chunks fed one by one (an earlier chunk's operator wins
+        a tie with a later one's; in one chunk the later row wins)."""
         self._ext(ops)
         cpu = ops["is_cpu"] == 1
         self._enclosing(ops, np.flatnonzero(cpu))
         if not cpu.all():
             rows = ~cpu
-            self.annotations.append(pa.table({name: ops[name][rows] for name in ANNOTATION_FIELDS}))
+            fields = (*ANNOTATION_FIELDS, "chunk") if "chunk" in ops else ANNOTATION_FIELDS
+            self.annotations.append(pa.table({name: ops[name][rows] for name in fields}))
 
     def _ext(self, ops: dict[str, I64]) -> None:
         api, best = self.api, self.best
@@ -68,11 +72,12 @@ class OperatorResolver:
             & (api["start"][j] <= ops["end"][op_i])
             & (best.start[j] != DECIDED)
         )
-        j, op_i = j[ok], op_i[ok]
+        j, op_i = _first_chunk_wins(j[ok], op_i[ok], ops.get("chunk"))
         best.decide(j, [ops["event_id"][op_i], ops["name"][op_i]])
         op_i, g = self.gpu_q.matches(ops["ext"])
         free = self.gpu_ext_eid[g] < 0
-        self.gpu_ext_eid[g[free]], self.gpu_ext_name[g[free]] = ops["event_id"][op_i[free]], ops["name"][op_i[free]]
+        g, op_i = _first_chunk_wins(g[free], op_i[free], ops.get("chunk"))
+        self.gpu_ext_eid[g], self.gpu_ext_name[g] = ops["event_id"][op_i], ops["name"][op_i]
 
     def _enclosing(self, ops: dict[str, I64], rows: I64) -> None:
         """Offer the operators at ``rows`` to the calls they enclose."""
@@ -83,7 +88,8 @@ class OperatorResolver:
         live, code = rows[keep], code[keep]
         start, end = ops["start"][live], ops["end"][live]
         lo, hi = self.points.covered(code, start, end)
-        self.best.offer(self.points, lo, hi, start, end, [ops["event_id"][live], ops["name"][live]])
+        tie = -ops["chunk"][live] if "chunk" in ops else None  # equal ranges: the earliest chunk's
+        self.best.offer(self.points, lo, hi, start, end, [ops["event_id"][live], ops["name"][live]], tie)
 
     def _thread_codes(self, pid: I64, tid: I64) -> I64:
         if not len(pid):
@@ -96,10 +102,21 @@ class OperatorResolver:
         """Each API call's operator (event id, name code; -1: none), once every batch is fed."""
         self.best.settle_found()  # an External id or a cpu_op: no annotation replaces it
         for table in self.annotations:
-            ops = {name: to_numpy(table[name]) for name in ANNOTATION_FIELDS}
+            ops = {name: to_numpy(table[name]) for name in table.column_names}
             self._enclosing(ops, np.arange(table.num_rows))
         eid, name = self.best.values
         return eid, name
+
+
+def _first_chunk_wins(j: Ints, op_i: Ints, chunk: Ints | None) -> tuple[Ints, Ints]:
+    """Of the pairs (point ``j``, operator ``op_i``) naming one point, the one that feeding chunk
+    by chunk keeps: the earliest chunk's, and in it the last (a later assignment wins)."""
+    if chunk is None or len(j) < 2:
+        return j, op_i
+    order = np.lexsort((-chunk[op_i], j))  # per point, its earliest chunk's pairs last, in row order
+    j, op_i = j[order], op_i[order]
+    last = np.append(j[1:] != j[:-1], True)
+    return j[last], op_i[last]
 
 
 class IdMatches:

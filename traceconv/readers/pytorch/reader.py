@@ -23,7 +23,7 @@ from traceconv.process import paused_gc, return_freed_memory
 from traceconv.readers.arrow_util import identity
 from traceconv.readers.base import GZIP_MAGIC, Progress, TraceInfo, trace_stem, unlaunched_note
 from traceconv.readers.occupancy_columns import Devices, with_occupancy
-from traceconv.readers.pytorch.chunker import CHUNK, Damage, EventChunks
+from traceconv.readers.pytorch.chunker import CHUNK, Damage, EventChunks, Span
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded, decode_events
 from traceconv.readers.pytorch.links import LinkIndex
@@ -117,10 +117,10 @@ class PytorchReader:
         size = os.path.getsize(self.path)
         return size * (GZIP_RATIO if _is_gzip(self.path) else 1) < PARALLEL_CHUNKS * self._chunk_size
 
-    def _detect_unpadded(self, chunk: bytes) -> bool:
+    def _detect_unpadded(self, chunk: bytes | Span) -> bool:
         """Decided once, from the first chunk (a trace has one writer)."""
         if self._unpadded is None:
-            self._unpadded = unpadded_fractions(chunk)
+            self._unpadded = unpadded_fractions(bytes(chunk))
             if self._unpadded:
                 self.info.notes.append(
                     "timestamps written without zero-padded decimals (Kineto before 2024-04) "
@@ -249,14 +249,14 @@ class PytorchReader:
                 self._events += info["rows"]
                 repairs.update(info["repairs"])
 
-        def dispatch(chunk: bytes) -> _Pending:
+        def dispatch(chunk: bytes | Span) -> _Pending:
             source = (str(self.path), chunks.offset) if plain else None  # a chunk starts at the offset
             take(pool.submit(chunk, self._detect_unpadded(chunk), source))
             return _Pending()
 
         try:
             with ChunkPool([f.path for f in files[:-1]], StrictDecoder(), local=files[-1]) as pool, paused_gc():
-                chunks = EventChunks(self.path, dispatch, progress, self._chunk_size, salvage=False)
+                chunks = EventChunks(self.path, dispatch, progress, self._chunk_size, salvage=False, positioned=plain)
                 for _ in chunks:
                     pass
                 take(pool.drain())

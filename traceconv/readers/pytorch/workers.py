@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from traceconv.process import keep_freed_memory
-from traceconv.readers.pytorch.chunker import Damage
+from traceconv.readers.pytorch.chunker import Damage, Span
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.decode import Decoded
 from traceconv.readers.pytorch.links import Prepared, extract, prepare
@@ -197,6 +197,10 @@ class ChunkPool:
     ) -> None:
         import multiprocessing
 
+        # pyarrow imports numpy.ma on its first array made from numpy: once here, before the
+        # fork, rather than in every worker as its first chunk waits (~50 ms on a 16-core host).
+        import numpy.ma  # noqa: F401
+
         ctx = multiprocessing.get_context("fork")
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
@@ -224,7 +228,7 @@ class ChunkPool:
         self._taken = 0
         self._handoffs: set[str] = set()  # chunk files a worker may not have read (and removed) yet
 
-    def submit(self, chunk: bytes, unpadded: bool, source: tuple[str, int] | None) -> Iterator[Taken]:
+    def submit(self, chunk: bytes | Span, unpadded: bool, source: tuple[str, int] | None) -> Iterator[Taken]:
         """Convert one chunk, found at ``source`` (path, offset) or else handed over in a temporary file.
 
         Yields the results taken meanwhile, in chunk order: those already there, and those
@@ -234,7 +238,7 @@ class ChunkPool:
         worker = min(range(len(self._load)), key=self._load.__getitem__)
         if self._load[worker] >= IN_FLIGHT and self._local is not None:
             try:
-                result = self._local(chunk, unpadded)
+                result = self._local(bytes(chunk), unpadded)  # a Span of the trace: read here
             except Exception as exc:  # as a worker's failure: the trace is converted in one process
                 raise Unsuitable(f"{type(exc).__name__}: {exc}") from None
             self._pending.append((self.local_index, result))
