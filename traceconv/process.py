@@ -3,7 +3,8 @@
 A conversion is faster and leaner with a few settings that change the whole process:
 Arrow memory from glibc's ``malloc`` instead of pyarrow's pool, no OpenBLAS thread pool,
 no cyclic garbage collection while millions of short-lived objects are made, freed C heap
-pages given back to the OS, no pandas import for pyarrow's first probe. The CLI turns them
+pages given back to the OS, no pandas import for pyarrow's first probe, no interpreter
+teardown once a command is done (:func:`exit_now`). The CLI turns them
 on (:func:`tune`, before pyarrow or numpy is loaded); a program that imports traceconv keeps
 its process as it is, and every switch below is then a no-op. Worker processes that a
 conversion forks are its own and set what they need themselves (``keep_freed_memory``).
@@ -12,12 +13,14 @@ bench/README.md has the measurements behind each switch.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import gc
 import importlib.abc
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
@@ -99,3 +102,24 @@ def skip_pandas_probe() -> None:
         pa.array([0])
     finally:
         sys.meta_path.remove(finder)
+
+
+def exit_now(code: object) -> None:
+    """End the process with ``code`` as ``SystemExit(code)`` would, once its exit handlers have
+    run (temporary files, worker processes), without tearing the interpreter down: freeing every
+    object and module one by one takes a tenth of a second or more after a large conversion, with
+    nothing left to save. Returns instead (the caller exits as usual) where that is not safe:
+    another Python thread still running, output that cannot be flushed, a code that is a message.
+    """
+    if not _tuned or threading.active_count() > 1 or not (code is None or isinstance(code, int)):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stream: the usual exit reports it
+        return
+    atexit._run_exitfuncs()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code or 0)

@@ -26,6 +26,16 @@ def main(debug: bool) -> None:
     process.tune()
 
 
+def entry() -> None:
+    """The ``traceconv`` program: :func:`main`, ending the process at once when it is done
+    (:func:`process.exit_now`)."""
+    try:
+        main()
+    except SystemExit as done:
+        process.exit_now(done.code)
+        raise
+
+
 def _terminated(signum: int, frame: object) -> None:
     signal.signal(signum, signal.SIG_IGN)  # once: a second SIGTERM must not cut the cleanup short
     raise SystemExit(128 + signum)
@@ -33,4 +43,4 @@ def _terminated(signum: int, frame: object) -> None:
 
 from traceconv.cli import analyse, convert, ops, perfetto, query, ranks, report  # noqa: E402, F401
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

@@ -1,3 +1,3 @@
-from traceconv.cli import main
+from traceconv.cli import entry
 
-main()
+entry()

@@ -1,0 +1,57 @@
+"""The command line ends its process without the interpreter's teardown, once its exit handlers ran."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import fixture
+
+PROGRAM = """
+import atexit, sys, threading, time
+from pathlib import Path
+from traceconv import process
+process.tune()
+atexit.register(lambda: Path(sys.argv[1]).write_text("handlers ran"))
+if sys.argv[2] == "thread":
+    threading.Thread(target=time.sleep, args=(0.2,)).start()
+print("out", flush=False)
+process.exit_now(int(sys.argv[3]))
+print("returned")
+sys.exit(7)
+"""
+
+
+def _run(tmp_path: Path, thread: str, code: int) -> subprocess.CompletedProcess[str]:
+    marker = tmp_path / "marker"
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(marker), thread, str(code)], capture_output=True, text=True, timeout=60
+    )
+    assert marker.read_text() == "handlers ran"  # temporary files and workers are cleaned up by these
+    return done
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_exit_now_runs_the_handlers_and_keeps_the_code(tmp_path: Path, code: int) -> None:
+    done = _run(tmp_path, "none", code)
+    assert done.returncode == code
+    assert done.stdout == "out\n"  # flushed first, and nothing after the call ran
+
+
+def test_exit_now_leaves_a_running_thread_to_the_usual_exit(tmp_path: Path) -> None:
+    done = _run(tmp_path, "thread", 0)
+    assert done.stdout == "out\nreturned\n"
+    assert done.returncode == 7
+
+
+def test_the_program_exits_with_its_codes(tmp_path: Path) -> None:
+    trace = fixture("pytorch/h200/compiled_triton.json")
+    out = tmp_path / "out.parquet"
+    ok = subprocess.run([sys.executable, "-m", "traceconv.cli", "ingest", str(trace), "-o", str(out)], timeout=120)
+    assert ok.returncode == 0 and out.stat().st_size > 0
+    missing = [sys.executable, "-m", "traceconv.cli", "ingest", str(tmp_path / "none.json"), "-o", str(out)]
+    bad = subprocess.run(missing, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 3 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
