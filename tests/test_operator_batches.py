@@ -19,23 +19,28 @@ SMALL = 32 << 10
 TRACES = [p for p in real_files("pytorch", ("*.json", "*.json.gz")) if param_path(p).stat().st_size > 4 * SMALL]
 
 
-def _linked(path: Path, feed_rows: int, monkeypatch: pytest.MonkeyPatch) -> tuple[L.LinkIndex, int]:
+def _linked(path: Path, feed_rows: list[int], monkeypatch: pytest.MonkeyPatch) -> tuple[list[L.LinkIndex], int]:
+    """Pass 1 once; its link index finalized at each of ``feed_rows`` (a copy each)."""
     reader = PytorchReader(path, chunk_size=sweep_chunk(path, SMALL), workers=0)
     index, spill, op_spill, _ = reader._pass1(None)
+    done = []
     try:
         tables = list(op_spill)
-        monkeypatch.setattr(L, "FEED_ROWS", feed_rows)
-        index.finalize(iter(tables), reader._events)
+        state = pickle.dumps(index)
+        for rows in feed_rows:
+            monkeypatch.setattr(L, "FEED_ROWS", rows)
+            copy = pickle.loads(state)
+            copy.finalize(iter(tables), reader._events)
+            done.append(copy)
     finally:
         spill.close()
         op_spill.close()
-    return index, len(tables)
+    return done, len(tables)
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:60])
 def test_batches_of_chunks_link_as_chunk_by_chunk(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    one, chunks = _linked(path, 1, monkeypatch)  # every chunk alone
-    whole, _ = _linked(path, 1 << 40, monkeypatch)  # every chunk in one batch
+    (one, whole), chunks = _linked(path, [1, 1 << 40], monkeypatch)  # every chunk alone; all in one batch
     if chunks < 2:
         pytest.skip("one chunk of operators")
     for field in ("op_eid", "op_name"):
