@@ -55,3 +55,13 @@ def test_the_program_exits_with_its_codes(tmp_path: Path) -> None:
     missing = [sys.executable, "-m", "traceconv.cli", "ingest", str(tmp_path / "none.json"), "-o", str(out)]
     bad = subprocess.run(missing, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 3 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_program_keeps_its_codes_with_a_standard_stream_closed(tmp_path: Path) -> None:
+    """Started with stdout or stderr closed (``>&-``), Python has no stream object for it."""
+    trace = fixture("pytorch/h200/compiled_triton.json")
+    program = f"{sys.executable} -m traceconv.cli ingest"
+    ok = subprocess.run(["sh", "-c", f'{program} "{trace}" -o "{tmp_path / "a.parquet"}" >&-'], timeout=120)
+    assert ok.returncode == 0 and (tmp_path / "a.parquet").stat().st_size > 0
+    bad = subprocess.run(["sh", "-c", f'{program} "{tmp_path / "none.json"}" -o "{tmp_path / "b.parquet"}" 2>&-'])
+    assert bad.returncode == 3

@@ -109,9 +109,12 @@ def exit_now(code: object) -> None:
     run (temporary files, worker processes), without tearing the interpreter down: freeing every
     object and module one by one takes a tenth of a second or more after a large conversion, with
     nothing left to save. Returns instead (the caller exits as usual) where that is not safe:
-    another Python thread still running, output that cannot be flushed, a code that is a message.
+    another Python thread still running, output that cannot be flushed (or no standard stream at
+    all), a code that is a message.
     """
     if not _tuned or threading.active_count() > 1 or not (code is None or isinstance(code, int)):
+        return
+    if sys.stdout is None or sys.stderr is None:  # started with a standard stream closed
         return
     try:
         sys.stdout.flush()

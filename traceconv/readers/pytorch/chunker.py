@@ -96,7 +96,9 @@ class EventChunks:
     ``positioned`` (a plain file whose chunks the caller's workers read again themselves, as
     pass 1's do): the file is not read through; each cut is looked for in a few bytes read at
     its position, and ``decode`` gets a :class:`Span` (the chunk's place; ``bytes(span)`` reads
-    it). The cuts are those of the reading path, which holds a block-at-a-time buffer.
+    it). The cuts are those of the reading path, which holds a block-at-a-time buffer, for a
+    ``decode`` that does not confirm them (never raises :class:`ChunkDecodeError`): the caller's
+    workers decode each chunk and, where a cut was bad, the trace is read again the usual way.
     """
 
     def __init__(
