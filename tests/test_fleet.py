@@ -117,6 +117,19 @@ def test_forty_traces_on_a_two_worker_cluster_make_the_dataset_a_local_run_makes
     assert kinds_by_sql(tmp_path / "fleet.parquet") == Counter({k: 4 * n for k, n in one_each.items()})
 
 
+def _settled_parts(out: Path, limit: float = 60.0) -> list[Path]:
+    """The dataset's complete parts once its files stop changing: tasks already running when a
+    task failed finish their parts after the command has returned (``convert_on_cluster``)."""
+    deadline, quiet, seen = time.monotonic() + limit, 0, None
+    while quiet < 3 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = sorted(str(p) for p in out.rglob("*"))
+        writing = any(name.endswith(".tmp") for name in now)
+        quiet = quiet + 1 if now == seen and not writing else 0
+        seen = now
+    return dataset.parts(out)
+
+
 def test_a_failed_task_leaves_no_part_and_a_rerun_skips_complete_parts(tmp_path: Path, fleet: Fleet) -> None:
     runs = traces(tmp_path / "runs", copies=2, names=SMALL[:4])
     broken = runs / "copy1_seed_linear.json"
@@ -129,7 +142,7 @@ def test_a_failed_task_leaves_no_part_and_a_rerun_skips_complete_parts(tmp_path:
     assert not (out / dataset.COMMON_METADATA).exists()  # the dataset is not complete
     assert not list(out.rglob("copy1_seed_linear*"))
     assert all(is_traceconv_output(p) for p in dataset.parts(out))
-    done = {p.name for p in dataset.parts(out)}
+    done = {p.name for p in _settled_parts(out)}
 
     broken.write_bytes(fixture("pytorch/h200/seed_linear.json").read_bytes())
     env = {**os.environ, "DASK_SCHEDULER_ADDRESS": fleet.address}  # as the nsys recipes read it
