@@ -12,19 +12,18 @@ it with its absolute byte offset.
 from __future__ import annotations
 
 import io
-import os
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator, Sized
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import orjson
 
 from traceconv.errors import InputError, UnsupportedFormatError
+from traceconv.readers.pytorch.cuts import CUT, EVENT_END, Positioned, Span, array_end, first_match, prefix, skip_ws
+from traceconv.readers.pytorch.damage import ChunkDecodeError, Damage, Document, bad_cut
 from traceconv.readers.pytorch.gunzip import GZIP_ERRORS, open_binary
-from traceconv.readers.pytorch.prefetch import BLOCK, Prefetch
+from traceconv.readers.pytorch.prefetch import Prefetch
 
 # Target bytes of events decoded at once. A chunk being decoded and built takes several times
 # its size in a process, and each process's heap keeps room for about that much: smaller chunks,
@@ -34,55 +33,7 @@ MAX_HEADER = 64 << 20  # bytes of top-level keys allowed before "traceEvents"
 MAX_EVENT = 256 << 20  # a single event larger than this is hostile, not a trace
 MAX_RATIO = 1000  # decompressed/compressed beyond this (and past MAX_EVENT bytes) is a gzip bomb
 
-CUT = re.compile(rb"\}\s*,\s*\{")  # between two events
-EVENT_END = re.compile(rb"\}\s*,")  # after an event (the next may be damaged)
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-
-
-class ChunkDecodeError(Exception):
-    """Raised by a chunk decoder; ``pos`` is the error's offset in ``b"[" + chunk + b"]"``."""
-
-    def __init__(self, pos: int | None, message: str) -> None:
-        self.pos = pos
-        super().__init__(message)
-
-
-def bad_cut(exc: ChunkDecodeError, chunk_len: int) -> bool:
-    """A cut inside a nested value or string fails at the very end of the wrapped chunk."""
-    return exc.pos is None or exc.pos >= chunk_len + 1
-
-
-@dataclass
-class Damage:
-    """What salvaging skipped, and where the first damage was."""
-
-    events_skipped: int = 0
-    bytes_skipped: int = 0
-    first_offset: int | None = None
-    truncated: bool = False  # the document ended early, even if on an event boundary
-    notes: list[str] = field(default_factory=list)
-    repairs: Counter[str] = field(default_factory=Counter)
-
-    def skip(self, offset: int, nbytes: int, events: int = 1) -> None:
-        self.events_skipped += events
-        self.bytes_skipped += nbytes
-        if self.first_offset is None or offset < self.first_offset:
-            self.first_offset = offset
-
-
-@dataclass
-class Document:
-    """What surrounds the events: top-level keys before and after ``traceEvents``."""
-
-    top: dict[str, Any] = field(default_factory=dict)
-
-
-def _skip_ws(buf: bytes | bytearray, i: int) -> int:
-    n = len(buf)
-    while i < n and buf[i] in b" \t\r\n":
-        i += 1
-    return i
 
 
 class EventChunks:
@@ -173,7 +124,7 @@ class EventChunks:
         buf = bytearray()
         eof = False
         while True:
-            start = _skip_ws(buf, 0)
+            start = skip_ws(buf, 0)
             if start < len(buf) and buf[start] == ord("["):
                 self._offset = start + 1
                 return buf[start + 1 :], eof
@@ -227,7 +178,7 @@ class EventChunks:
 
     # -- events ---------------------------------------------------------------------
     def _events(self, fh: Prefetch, buf: bytearray, eof: bool) -> Iterator[Sized]:
-        pos = _skip_ws(buf, 0)
+        pos = skip_ws(buf, 0)
         del buf[:pos]
         self._offset += pos
         want = 2 * self.chunk_size
@@ -278,7 +229,7 @@ class EventChunks:
                 continue
             found = None
             if not (eof and 2 * n <= 3 * self.chunk_size):
-                match = _first_match(fh, start + min(self.chunk_size, max(n - 1, 0)), start + n)
+                match = first_match(fh, start + min(self.chunk_size, max(n - 1, 0)), start + n)
                 if match is not None:
                     end, next_start = match
                     found = next_start - start, self.decode(Span(fh, start, end - start))  # type: ignore[arg-type]
@@ -321,7 +272,7 @@ class EventChunks:
         for m in CUT.finditer(buf, min(self.chunk_size, max(len(buf) - 1, 0))):
             end = m.start() + 1
             try:
-                return m.end() - 1, self.decode(_prefix(buf, end))
+                return m.end() - 1, self.decode(prefix(buf, end))
             except ChunkDecodeError as exc:
                 if not bad_cut(exc, end):
                     if strict:
@@ -341,12 +292,12 @@ class EventChunks:
         if last is None:
             return None
         try:
-            return last.end() - 1, self.decode(_prefix(buf, last.start() + 1))
+            return last.end() - 1, self.decode(prefix(buf, last.start() + 1))
         except ChunkDecodeError:
             return None
 
     def _finish(self, buf: bytes) -> Iterator[Sized]:
-        end = _array_end(buf)
+        end = array_end(buf)
         if end is None:
             yield from self._truncated(buf)
             return
@@ -365,7 +316,7 @@ class EventChunks:
 
     def _truncated(self, buf: bytes) -> Iterator[Sized]:
         """No closing ``]``: keep the complete events (with --salvage) or say how many there are."""
-        kept, end = self._complete_prefix(buf)
+        kept, end = self._completeprefix(buf)
         count = self.events + (len(kept) if kept is not None else 0)
         reason = self._cut_short or (
             f"truncated: the traceEvents array is never closed (data ends at byte {self._offset + len(buf):,})"
@@ -378,7 +329,7 @@ class EventChunks:
         if kept is not None:
             yield kept
 
-    def _complete_prefix(self, buf: bytes) -> tuple[Sized | None, int]:
+    def _completeprefix(self, buf: bytes) -> tuple[Sized | None, int]:
         """The decoded complete events at the start of ``buf`` and where they end."""
         ends = [m.start() + 1 for m in EVENT_END.finditer(buf)]
         stripped = buf.rstrip()
@@ -419,93 +370,3 @@ class EventChunks:
             f"invalid JSON at byte {at:,}: {what}",
             "the trace is damaged; use --salvage to keep the readable events",
         )
-
-
-def _prefix(buf: bytearray | bytes, end: int) -> bytes:
-    """``bytes(buf[:end])`` with one copy instead of two (a slice of a bytearray is a copy)."""
-    with memoryview(buf) as view:
-        return bytes(view[:end])
-
-
-class Positioned:
-    """The blocks :class:`Prefetch` would read, without reading them: ``read`` reads a block (the
-    header's few), ``skip`` only moves on, ``at`` reads the bytes at a position."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self._fh = fh
-        self._fd = fh.fileno()
-        self._size = os.fstat(self._fd).st_size
-        self._position = 0
-
-    def read(self) -> tuple[bytes, int | None]:
-        data = self.at(self._position, min(BLOCK, self._size - self._position))
-        self._position += len(data)
-        return data, None
-
-    def skip(self) -> int:
-        """Move one block on, as :meth:`read` would; the bytes it would have returned (0: the end)."""
-        step = min(BLOCK, self._size - self._position)
-        self._position += step
-        return step
-
-    def at(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._fd, length, offset)
-        if len(data) != length:  # the file changed while it was read: the reading path decides
-            raise InputError(Path(self._fh.name), "changed while it was read", "convert it once it is complete")
-        return data
-
-    def tell(self) -> int:
-        return self._position
-
-    def close(self) -> None:
-        pass
-
-
-class Span:
-    """Where a chunk lies in a :class:`Positioned` file; ``bytes(span)`` reads it."""
-
-    def __init__(self, fh: Positioned, offset: int, length: int) -> None:
-        self._fh, self.offset, self._length = fh, offset, length
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __bytes__(self) -> bytes:
-        return self._fh.at(self.offset, self._length)
-
-
-WINDOW = 4096  # bytes first read where a cut is looked for (events are a few hundred bytes)
-
-
-def _first_match(fh: Positioned, lo: int, hi: int) -> tuple[int, int] | None:
-    """The first :data:`CUT` starting at or after ``lo`` in ``[lo, hi)``: the absolute offsets
-    just past its ``}`` and of its ``{`` (None: none). Windows grow until one holds a whole
-    match: the first match found in a window is the first in the range (an earlier one cut
-    off by the window's end would leave no room for another ``}`` after it)."""
-    size = WINDOW
-    while lo < hi:
-        window = fh.at(lo, min(size, hi - lo))
-        m = CUT.search(window)
-        if m is not None:
-            return lo + m.start() + 1, lo + m.end() - 1
-        if lo + len(window) >= hi:
-            return None
-        size *= 4
-    return None
-
-
-def _array_end(buf: bytes) -> int | None:
-    """Offset of the ``]`` closing the events array that ``buf`` starts inside, or None.
-
-    Strings are skipped by the regex at C speed; only brackets reach Python.
-    """
-    depth = 0
-    for m in _TOKEN.finditer(buf):
-        c = buf[m.start()]
-        if c in b"{[":
-            depth += 1
-        elif c in b"}]":
-            depth -= 1
-            if depth < 0:
-                return m.start() if c == ord("]") else None
-    return None

@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import msgspec
 
-from traceconv.readers.pytorch.chunker import ChunkDecodeError
+from traceconv.readers.pytorch.damage import ChunkDecodeError
 
 Num = Union[int, float, None]
 Id = Union[int, str, float, None]

@@ -23,8 +23,10 @@ from traceconv.process import paused_gc, return_freed_memory
 from traceconv.readers.arrow_util import identity
 from traceconv.readers.base import GZIP_MAGIC, Progress, TraceInfo, trace_stem, unlaunched_note
 from traceconv.readers.occupancy_columns import Devices, with_occupancy
-from traceconv.readers.pytorch.chunker import CHUNK, Damage, EventChunks, Span
+from traceconv.readers.pytorch.chunker import CHUNK, EventChunks
 from traceconv.readers.pytorch.columns import ChunkContext, build
+from traceconv.readers.pytorch.cuts import Span
+from traceconv.readers.pytorch.damage import Damage
 from traceconv.readers.pytorch.decode import Decoded, decode_events
 from traceconv.readers.pytorch.links import LinkIndex
 from traceconv.readers.pytorch.pass2 import Done, GroupPool

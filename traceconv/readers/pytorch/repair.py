@@ -13,7 +13,8 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from traceconv.readers.pytorch.chunker import CUT, EVENT_END, ChunkDecodeError, Damage, bad_cut
+from traceconv.readers.pytorch.cuts import CUT, EVENT_END
+from traceconv.readers.pytorch.damage import ChunkDecodeError, Damage, bad_cut
 from traceconv.readers.pytorch.decode import Decoded
 
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")

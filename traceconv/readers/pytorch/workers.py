@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from traceconv.process import keep_freed_memory
-from traceconv.readers.pytorch.chunker import Damage, Span
 from traceconv.readers.pytorch.columns import ChunkContext, build
+from traceconv.readers.pytorch.cuts import Span
+from traceconv.readers.pytorch.damage import Damage
 from traceconv.readers.pytorch.decode import Decoded
 from traceconv.readers.pytorch.links import Prepared, extract, prepare
 from traceconv.readers.pytorch.repair import RobustDecoder
