@@ -108,6 +108,8 @@ def tools(sqlite3_cli: str | None) -> list[Tool]:
         Tool("duckdb", "DuckDB sqlite scanner join, COPY TO parquet", "sqlite", "duckdb_sqlite", "alt",
              "duckdb_extension_sqlite_scanner"),
         Tool("traceconv", "traceconv summary", "parquet", streams=True, argv=[tc, "summary", "{in}"]),
+        Tool("traceconv", "traceconv summary, TRACECONV_MEMORY=512MB", "parquet", streams=True,
+             argv=["env", "TRACECONV_MEMORY=512MB", tc, "summary", "{in}"]),
         Tool("traceconv", "traceconv kernels", "parquet", streams=True, argv=[tc, "kernels", "{in}"]),
         Tool("duckdb", "DuckDB: four group-bys on the Parquet", "parquet", "duckdb_group_bys", streams=True),
         Tool("duckdb", "DuckDB sqlite scanner: event tables + StringIds copied to Parquet", "sqlite",

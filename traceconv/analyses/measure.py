@@ -176,15 +176,24 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "CAST(hash(r.trace_id, r.pid, r.tid) >> 1 AS BIGINT) AS thread, r.pid "
         f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name",
     )
+    # The GPU rows with their launching call and their operator among the ranges: one join per
+    # statement (with both joins in one, DuckDB 2.0 runs out of budgets of 384-512 MB that it
+    # does not run out of at 256 MB: it holds both hash tables instead of partitioning them).
     source.table(
-        "tree_gpu",
+        "tree_gpu_launch",
         "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
-        "rl.event_id AS launch_node, rl.pid AS launch_pid, ro.event_id AS op_node "
+        "rl.event_id AS launch_node, rl.pid AS launch_pid, g.op_event_id "
         "FROM events g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id "
-        "LEFT JOIN tree_ranges ro ON ro.tc = c.tc AND ro.event_id = g.op_event_id "
-        "WHERE g.kind IN ('kernel', 'memcpy', 'memset') AND (rl.event_id IS NOT NULL OR ro.event_id IS NOT NULL)",
+        "WHERE g.kind IN ('kernel', 'memcpy', 'memset')",
     )
+    source.table(
+        "tree_gpu",
+        "SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, ro.event_id AS op_node "
+        "FROM tree_gpu_launch g LEFT JOIN tree_ranges ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
+        "WHERE g.launch_node IS NOT NULL OR ro.event_id IS NOT NULL",
+    )
+    source.run("DROP TABLE tree_gpu_launch")
     _per_range_sums(source)
     source.table(
         "tree_launches",
