@@ -30,6 +30,7 @@ from traceconv.errors import ResourceError, UsageError
 # DuckDB's working memory: enough for the group-bys and the sorts of a large trace without
 # spilling much, small enough that an analysis stays flat as traces grow (bench/README.md).
 MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "256MB")
+FEW_WINDOWS = 8  # Source.within: windows tested by comparisons in SQL, not by a Python function
 
 
 class Source:
@@ -122,8 +123,16 @@ class Source:
 
     def within(self, name: str, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> None:
         """The SQL function ``name(t)``: whether the time ``t`` lies in one of the sorted, disjoint
-        windows ``[starts[i], ends[i]]`` (a binary search per batch of rows: an ASOF join against the
-        windows sorted every row it scoped, with all its columns)."""
+        windows ``[starts[i], ends[i]]``. A few windows are a macro of comparisons; more, a binary
+        search per batch of rows in Python (an ASOF join against the windows sorted every row it
+        scoped, with all its columns)."""
+        with contextlib.suppress(duckdb.InvalidInputException):
+            self.con.remove_function(name)
+        self.run(f"DROP MACRO IF EXISTS {name}")
+        if len(starts) <= FEW_WINDOWS:
+            tests = " OR ".join(f"t BETWEEN {int(a)} AND {int(b)}" for a, b in zip(starts, ends, strict=True))
+            self.run(f"CREATE MACRO {name}(t) AS ({tests or 't <> t'})")  # null for null, as the function
+            return
 
         def inside(times: pa.Array) -> pa.Array:
             t = np.asarray(times.fill_null(np.iinfo(np.int64).min).to_numpy(zero_copy_only=False), np.int64)
@@ -131,8 +140,6 @@ class Source:
             hit = (at >= 0) & (t <= ends[np.maximum(at, 0)]) if len(starts) else np.zeros(len(t), bool)
             return pa.array(hit & ~np.asarray(times.is_null().to_numpy(zero_copy_only=False), bool))
 
-        with contextlib.suppress(duckdb.InvalidInputException):
-            self.con.remove_function(name)
         self.con.create_function(name, inside, ["BIGINT"], "BOOLEAN", type=PythonUDFType.ARROW, side_effects=False)
 
     def kept(self, key: str, make: Callable[[], Any]) -> Any:
