@@ -104,6 +104,19 @@ def test_parents_are_the_innermost_open_range(rs: list[tuple[int, int, int]]) ->
     assert got.tolist() == _brute_parents(g, s, e)
 
 
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.integers(0, 15)), max_size=30))
+def test_parents_of_ranges_given_in_order(rs: list[tuple[int, int, int]]) -> None:
+    """Ranges already in (group, start, longest first) order, ties included, as the trees' pass
+    gives them (parents then keeps their order instead of sorting them)."""
+    rs = sorted(rs, key=lambda r: (r[0], r[1], -r[2]))
+    g = [r[0] for r in rs]
+    s = [r[1] for r in rs]
+    e = [r[1] + r[2] for r in rs]
+    got = parents(np.array(g, np.int64), np.array(s, np.int64), np.array(e, np.int64))
+    assert got.tolist() == _brute_parents(g, s, e)
+
+
 def test_a_range_overlapping_its_neighbour_gets_the_range_that_holds_it() -> None:
     """Hand-made (rounded timestamps make such overlaps): D lies in C, which starts inside B and
     ends after A; D's parent is C (the range open at its start), not none."""

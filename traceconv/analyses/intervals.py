@@ -81,7 +81,7 @@ def parents(group: I64, start: I64, end: I64) -> I64:
     result = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return result
-    order = np.lexsort((-end, start, group))
+    order = _order(group, start, end)
     g, s, e = group[order], start[order], end[order]
     base = s.min()
     s2 = (s - base) * 2
@@ -96,6 +96,17 @@ def parents(group: I64, start: I64, end: I64) -> I64:
     ok = parent >= 0
     result[order[ok]] = order[parent[ok]]
     return result
+
+
+def _order(group: I64, start: I64, end: I64) -> I64:
+    """The order (group, start, longest first), ties as they come: the rows' own where they are in
+    it already (the trees' pass gets them sorted so), without sorting them again."""
+    g, s, e = group[1:], start[1:], end[1:]
+    pg, ps, pe = group[:-1], start[:-1], end[:-1]
+    if bool(np.all((g > pg) | ((g == pg) & ((s > ps) | ((s == ps) & (e <= pe)))))):
+        return np.arange(len(group), dtype=np.int64)
+    ordered: I64 = np.lexsort((-end, start, group))
+    return ordered
 
 
 def ancestors(parent: I64, first: I64) -> list[tuple[I64, I64]]:

@@ -294,9 +294,11 @@ def _sorted(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def _ints(col: pa.ChunkedArray | pa.Array) -> I64:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    full = arr.fill_null(0) if arr.null_count else arr
+    return np.asarray(full.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _bools(col: pa.ChunkedArray | pa.Array) -> Bools:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    return np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    full = arr.fill_null(False) if arr.null_count else arr
+    return np.asarray(full.to_numpy(zero_copy_only=False), dtype=bool)
