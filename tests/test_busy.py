@@ -18,6 +18,7 @@ import pytest
 
 from traceconv.analyses import busy as B
 from traceconv.analyses import measure as M
+from traceconv.analyses import source as SRC
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import INPUT_COLUMNS
@@ -136,20 +137,52 @@ class _OutOfMemoryOnce:
         return getattr(self.con, name)
 
 
-def test_a_query_out_of_memory_runs_once_more_on_one_thread() -> None:
+def _budget(con: Any) -> str:
+    return str(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+
+
+def test_a_query_out_of_memory_runs_once_more_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRACECONV_MEMORY set: one thread, then the one-line error naming it; the budget stays."""
+    monkeypatch.setattr(SRC, "MEMORY_LIMIT", "200MB")
+    monkeypatch.setattr(SRC, "MEMORY_GROWS", False)
     with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
         source.threads = 2
         source.run("SET threads = 2")
         want = source.scalar("SELECT count(*) FROM events")
         real = source.con
+        budget = _budget(real)
         source.con = flaky = _OutOfMemoryOnce(real, 1)
         assert source.scalar("SELECT count(*) FROM events") == want
         assert flaky.threads_seen == [2, 1]  # failed on two threads, then ran on one
         assert real.execute("SELECT current_setting('threads')").fetchone()[0] == 2  # and back to two
         source.con = _OutOfMemoryOnce(real, 2)  # out of memory on one thread too: the one-line error
-        with pytest.raises(ResourceError, match="TRACECONV_MEMORY"):
+        with pytest.raises(ResourceError, match="TRACECONV_MEMORY=200MB"):
             source.scalar("SELECT count(*) FROM events")
         source.con = real
+        assert _budget(real) == budget
+
+
+def test_the_default_budget_grows_where_a_query_does_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No TRACECONV_MEMORY: out of memory on two threads and on one, the query runs again with twice
+    the budget, which stays for the queries after; at the ceiling, the one-line error."""
+    monkeypatch.setattr(SRC, "MEMORY_LIMIT", "100MB")
+    monkeypatch.setattr(SRC, "MEMORY_GROWS", True)
+    monkeypatch.setattr(SRC, "GROWN_MAX_MB", 400)
+    with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
+        source.threads = 2
+        source.run("SET threads = 2")
+        want = source.scalar("SELECT count(*) FROM events")
+        real = source.con
+        small = _budget(real)
+        source.con = flaky = _OutOfMemoryOnce(real, 2)
+        assert source.scalar("SELECT count(*) FROM events") == want
+        assert flaky.threads_seen == [2, 1, 2]  # two threads, one, then two with twice the budget
+        assert source.memory == "200MB" and _budget(real) != small
+        source.con = _OutOfMemoryOnce(real, 4)  # 200MB on two threads and one, then 400MB likewise
+        with pytest.raises(ResourceError, match="400MB of memory"):
+            source.scalar("SELECT count(*) FROM events")
+        source.con = real
+        assert source.memory == "400MB"
 
 
 @pytest.mark.parametrize("rel", ["nsys/h200/buggy.sqlite", "pytorch/h200/train_buggy.pt.trace.json.gz"])
@@ -172,3 +205,42 @@ def test_the_aggregate_per_host_range_in_parts_is_the_whole(rel: str, monkeypatc
     assert as_dict(summarize(table), 0) == whole
     assert len(tried) == 2 and " % 5 " in tried[1]  # whole (refused), then the first of five parts
     assert whole["top_ops"] or whole["nvtx"]  # the trees had GPU time to attribute
+
+
+class _WholeSumsOutOfMemory:
+    """A DuckDB connection on which the aggregate per host range never fits whole."""
+
+    def __init__(self, con: Any, seen: list[str]) -> None:
+        self.con, self.seen = con, seen
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if "TABLE tree_gpu_sums AS" in sql and " % " not in sql:
+            self.seen.append(_budget(self.con))
+            raise duckdb.OutOfMemoryException("could not allocate block of size 256.0 KiB")
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+
+def test_the_aggregate_runs_in_parts_before_the_budget_grows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default budget grows only where no leaner way is left: the aggregate per host range
+    that does not fit whole runs in parts within the same budget, which stays as it was."""
+    monkeypatch.setattr(SRC, "MEMORY_LIMIT", "100MB")
+    monkeypatch.setattr(SRC, "MEMORY_GROWS", True)
+    monkeypatch.setattr(M, "PARTS", (1, 5))
+    table = load(fixture("nsys/h200/buggy.sqlite"), columns=INPUT_COLUMNS)
+    whole = as_dict(summarize(table), 0)
+    seen: list[str] = []
+    sources: list[Source] = []
+    real_init = Source.__init__
+
+    def init(self: Source, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        self.con = _WholeSumsOutOfMemory(self.con, seen)
+        sources.append(self)
+
+    monkeypatch.setattr(Source, "__init__", init)
+    assert as_dict(summarize(table), 0) == whole
+    assert len(seen) == 2 and len(set(seen)) == 1  # refused whole on two threads and one, at one budget
+    assert [s.memory for s in sources] == ["100MB"]  # the parts ran within it: it never grew

@@ -126,3 +126,15 @@ def exit_now(code: object) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code or 0)
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo, in bytes (no limit known: as good as unlimited)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62

@@ -232,27 +232,33 @@ def _per_range_sums(source: Source) -> None:
     """The table ``tree_gpu_sums``: per host range, the GPU time whose operator it is, whose first node
     it is, and whether its region is asked for. A group per launching call (millions in a large
     trace): where DuckDB cannot hold them within its memory budget, the event ids are aggregated a
-    part at a time, so that each hash table holds a part of the groups."""
+    part at a time, so that each hash table holds a part of the groups; only the last number of
+    parts may grow the budget."""
     for parts in PARTS:
         try:
-            for k in range(parts):
-                part = f"AND (event_id % {parts} + {parts}) % {parts} = {k}" if parts > 1 else ""
-                select = (
-                    "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, "
-                    "bool_or(wanted) AS wanted FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, "
-                    "false AS wanted FROM tree_gpu WHERE op_node IS NOT NULL UNION ALL SELECT tc, "
-                    "coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
-                    "true FROM sync_calls s JOIN trace_codes c USING (trace_id) WHERE NOT s.activity) "
-                    f"WHERE true {part} GROUP BY ALL"
-                )
-                if k == 0:
-                    source.table("tree_gpu_sums", select)
-                else:
-                    source.run(f"INSERT INTO tree_gpu_sums {select}")
+            with source.fixed_budget(parts != PARTS[-1]):
+                _sums_in_parts(source, parts)
             return
         except ResourceError:
             if parts == PARTS[-1]:
                 raise
+
+
+def _sums_in_parts(source: Source, parts: int) -> None:
+    for k in range(parts):
+        part = f"AND (event_id % {parts} + {parts}) % {parts} = {k}" if parts > 1 else ""
+        select = (
+            "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, "
+            "bool_or(wanted) AS wanted FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, "
+            "false AS wanted FROM tree_gpu WHERE op_node IS NOT NULL UNION ALL SELECT tc, "
+            "coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
+            "true FROM sync_calls s JOIN trace_codes c USING (trace_id) WHERE NOT s.activity) "
+            f"WHERE true {part} GROUP BY ALL"
+        )
+        if k == 0:
+            source.table("tree_gpu_sums", select)
+        else:
+            source.run(f"INSERT INTO tree_gpu_sums {select}")
 
 
 def _regions(trees: Trees) -> pa.Table:

@@ -26,10 +26,15 @@ from duckdb.func import PythonUDFType
 
 from traceconv import schema as S
 from traceconv.errors import ResourceError, UsageError
+from traceconv.process import available_memory
 
-# DuckDB's working memory: enough for the group-bys and the sorts of a large trace without
-# spilling much, small enough that an analysis stays flat as traces grow (bench/README.md).
-MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "256MB")
+# DuckDB's working memory. By default it starts small, so that an analysis stays flat as traces
+# grow (bench/README.md: 128 MB against 256 MB), and a statement that does not fit it even on one
+# thread runs again with twice the budget, up to GROWN_MAX_MB or half the available memory.
+# TRACECONV_MEMORY fixes the budget: no growth.
+MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "128MB")
+MEMORY_GROWS = "TRACECONV_MEMORY" not in os.environ
+GROWN_MAX_MB = 4096
 FEW_WINDOWS = 8  # Source.within: windows tested by comparisons in SQL, not by a Python function
 
 
@@ -46,8 +51,10 @@ class Source:
         work = tempfile.mkdtemp(prefix="traceconv-duckdb-")
         self.on_close(weakref.finalize(self, shutil.rmtree, work, True))
         self.threads = os.cpu_count() or 1
+        self.memory = MEMORY_LIMIT  # the budget now (it grows only from the default)
+        self.grows = MEMORY_GROWS
         self.con = duckdb.connect(os.path.join(work, "work.duckdb"), config={"threads": self.threads})
-        self.run(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        self.run(f"SET memory_limit = '{self.memory}'")
         self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
         # Sums of int64 are HUGEINT in DuckDB: back to int64 nanoseconds and bytes.
@@ -65,13 +72,22 @@ class Source:
 
     def run(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """A statement whose result nobody reads, run to its end."""
-        with _memory_errors():
+        with self._memory_errors():
             self._alone_if_needed(lambda: self.con.execute(sql, params or []).fetchall())
 
     def _alone_if_needed(self, call: Callable[[], Any]) -> Any:
         """``call``; where DuckDB runs out of its memory budget, ``call`` once more on one thread (each
         thread holds sort runs and hash tables of its own: slower, but within the budget where many
-        threads share a small one). A failed statement changed nothing, so it can run again."""
+        threads share a small one), then, where the budget may grow, with twice the budget (kept for
+        the statements after). A failed statement changed nothing, so it can run again."""
+        while True:
+            try:
+                return self._on_one_thread_if_needed(call)
+            except duckdb.OutOfMemoryException:
+                if not self._grow():
+                    raise
+
+    def _on_one_thread_if_needed(self, call: Callable[[], Any]) -> Any:
         try:
             return call()
         except duckdb.OutOfMemoryException:
@@ -83,11 +99,50 @@ class Source:
         finally:
             self.con.execute(f"SET threads = {self.threads}")
 
+    def _grow(self) -> bool:
+        """Double the default budget, within GROWN_MAX_MB and half the available memory; False where
+        it may not grow (TRACECONV_MEMORY set, or at its ceiling)."""
+        if not self.grows or not self.memory.endswith("MB") or not self.memory[:-2].isdigit():
+            return False
+        bigger = int(self.memory[:-2]) * 2
+        if bigger > min(GROWN_MAX_MB, available_memory() // 2 // 10**6):
+            return False
+        self.memory = f"{bigger}MB"
+        self.con.execute(f"SET memory_limit = '{self.memory}'")
+        return True
+
+    @contextlib.contextmanager
+    def fixed_budget(self, fixed: bool = True) -> Iterator[None]:
+        """Statements that may not grow the budget (``fixed``): where the caller has a leaner way
+        of its own to try first when they run out of it."""
+        grows, self.grows = self.grows, self.grows and not fixed
+        try:
+            yield
+        finally:
+            self.grows = grows
+
+    @contextlib.contextmanager
+    def _memory_errors(self) -> Iterator[None]:
+        """DuckDB out of its memory budget: a one-line error that says how to give it more."""
+        try:
+            yield
+        except duckdb.OutOfMemoryException as exc:
+            raise ResourceError(
+                None,
+                f"the analysis needs more than {self._budget()} ({query_error(exc)})",
+                "set TRACECONV_MEMORY higher (e.g. TRACECONV_MEMORY=8GB) and run it again",
+            ) from exc
+
+    def _budget(self) -> str:
+        if MEMORY_GROWS:
+            return f"{self.memory} of memory (the most that the default budget grows to here)"
+        return f"TRACECONV_MEMORY={self.memory}"
+
     def has(self, column: str) -> bool:
         return column in self.columns
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        with _memory_errors():
+        with self._memory_errors():
             rel: Any = self.con.sql(sql, params=list(params) if params else None)
             if rel is None:  # a statement without a result
                 return pa.table({})
@@ -102,13 +157,13 @@ class Source:
         return out
 
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        with _memory_errors():
+        with self._memory_errors():
             rows = self._alone_if_needed(lambda: self.con.execute(sql, params or []).fetchall())
         return rows[0][0] if rows else None
 
     def batches(self, sql: str, rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
         """A query's result a bounded batch at a time, in its order."""
-        with _memory_errors():
+        with self._memory_errors():
             rel: Any = self.con.sql(sql)
             if rel is None:  # a statement without a result
                 return
@@ -186,19 +241,6 @@ def query_error(exc: duckdb.Error) -> str:
     """DuckDB's message for a user's query on one line (it spans several, with a caret under the place)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip() and set(line.strip()) != {"^"}]
     return "; ".join(lines)
-
-
-@contextlib.contextmanager
-def _memory_errors() -> Iterator[None]:
-    """DuckDB out of its memory budget: a one-line error that says how to give it more."""
-    try:
-        yield
-    except duckdb.OutOfMemoryException as exc:
-        raise ResourceError(
-            None,
-            f"the analysis needs more than TRACECONV_MEMORY={MEMORY_LIMIT} ({query_error(exc)})",
-            "set TRACECONV_MEMORY higher (e.g. TRACECONV_MEMORY=2GB) and run it again",
-        ) from exc
 
 
 # DuckDB's names of the schema's Arrow types (a dictionary column reads as VARCHAR).

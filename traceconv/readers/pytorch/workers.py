@@ -30,7 +30,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from traceconv.process import keep_freed_memory
+from traceconv.process import available_memory, keep_freed_memory
 from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.cuts import Span
 from traceconv.readers.pytorch.damage import Damage
@@ -66,18 +66,6 @@ def worker_count(requested: int | None) -> int:
         return max(requested, 0)
     cores = len(os.sched_getaffinity(0))
     return max(min(cores - 1, MAX_WORKERS, available_memory() // 2 // WORKER_MEMORY), 0)
-
-
-def available_memory() -> int:
-    """MemAvailable of /proc/meminfo, in bytes (no limit known: as good as unlimited)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 62
 
 
 Taken = tuple[int, dict[str, Any], Prepared]  # worker, what it wrote, rows for the link index
