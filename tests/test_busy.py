@@ -141,15 +141,19 @@ def _budget(con: Any) -> str:
     return str(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
 
 
+def _on_two_threads(source: Source) -> tuple[Any, Any]:
+    """The Source on two threads; the rows of its events and its real connection."""
+    source.threads = 2
+    source.run("SET threads = 2")
+    return source.scalar("SELECT count(*) FROM events"), source.con
+
+
 def test_a_query_out_of_memory_runs_once_more_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """TRACECONV_MEMORY set: one thread, then the one-line error naming it; the budget stays."""
     monkeypatch.setattr(SRC, "MEMORY_LIMIT", "200MB")
     monkeypatch.setattr(SRC, "MEMORY_GROWS", False)
     with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
-        source.threads = 2
-        source.run("SET threads = 2")
-        want = source.scalar("SELECT count(*) FROM events")
-        real = source.con
+        want, real = _on_two_threads(source)
         budget = _budget(real)
         source.con = flaky = _OutOfMemoryOnce(real, 1)
         assert source.scalar("SELECT count(*) FROM events") == want
@@ -169,10 +173,7 @@ def test_the_default_budget_grows_where_a_query_does_not_fit(monkeypatch: pytest
     monkeypatch.setattr(SRC, "MEMORY_GROWS", True)
     monkeypatch.setattr(SRC, "GROWN_MAX_MB", 400)
     with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
-        source.threads = 2
-        source.run("SET threads = 2")
-        want = source.scalar("SELECT count(*) FROM events")
-        real = source.con
+        want, real = _on_two_threads(source)
         small = _budget(real)
         source.con = flaky = _OutOfMemoryOnce(real, 2)
         assert source.scalar("SELECT count(*) FROM events") == want
