@@ -172,6 +172,7 @@ def test_the_default_budget_grows_where_a_query_does_not_fit(monkeypatch: pytest
     monkeypatch.setattr(SRC, "MEMORY_LIMIT", "100MB")
     monkeypatch.setattr(SRC, "MEMORY_GROWS", True)
     monkeypatch.setattr(SRC, "GROWN_MAX_MB", 400)
+    monkeypatch.setattr(SRC, "available_memory", lambda: 64 << 30)
     with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
         want, real = _on_two_threads(source)
         small = _budget(real)
@@ -245,3 +246,16 @@ def test_the_aggregate_runs_in_parts_before_the_budget_grows(monkeypatch: pytest
     assert as_dict(summarize(table), 0) == whole
     assert len(seen) == 2 and len(set(seen)) == 1  # refused whole on two threads and one, at one budget
     assert [s.memory for s in sources] == ["100MB"]  # the parts ran within it: it never grew
+
+
+def test_the_default_budget_grows_within_half_the_available_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SRC, "MEMORY_LIMIT", "100MB")
+    monkeypatch.setattr(SRC, "MEMORY_GROWS", True)
+    monkeypatch.setattr(SRC, "available_memory", lambda: 500 * 10**6)  # half of it: 250 MB
+    with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
+        _, real = _on_two_threads(source)
+        source.con = _OutOfMemoryOnce(real, 4)  # 100MB on two threads and one, 200MB likewise
+        with pytest.raises(ResourceError, match="200MB of memory"):
+            source.scalar("SELECT count(*) FROM events")
+        source.con = real
+        assert source.memory == "200MB"

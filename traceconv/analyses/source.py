@@ -102,9 +102,9 @@ class Source:
     def _grow(self) -> bool:
         """Double the default budget, within GROWN_MAX_MB and half the available memory; False where
         it may not grow (TRACECONV_MEMORY set, or at its ceiling)."""
-        if not self.grows or not self.memory.endswith("MB") or not self.memory[:-2].isdigit():
+        if not self.grows:
             return False
-        bigger = int(self.memory[:-2]) * 2
+        bigger = int(self.memory.removesuffix("MB")) * 2  # the default's form, the only one that grows
         if bigger > min(GROWN_MAX_MB, available_memory() // 2 // 10**6):
             return False
         self.memory = f"{bigger}MB"
