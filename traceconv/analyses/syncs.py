@@ -31,11 +31,14 @@ SYNC_CALL = re.compile(
 STREAM_SYNC = re.compile(r"^(cuda|hip|cu)StreamSynchronize")
 _VERSION = re.compile(r"_v\d+$")  # nsys names calls with their ABI version: cudaMemcpy_v3020
 TOP_OPS = 5
+FIRST_BUCKET_NS = 1 << 16  # the time buckets that the call before a blocking one is searched in first
+BUCKET_GROWS = 16
 
 
 def prepare_calls(source: Source) -> None:
-    """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread: read
-    from the events once, for the queries here and the busy sweep's) and ``sync_calls``: every
+    """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread and
+    whether they block, no text: read from the events once, for the queries here and the busy
+    sweep's), ``blocking_calls`` (those that block, with their names) and ``sync_calls``: every
     host-blocking sync of the input, classified (see the module)."""
     names = [n for k, n in host_names(source) if k == "cuda_api"]
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
@@ -50,24 +53,29 @@ def prepare_calls(source: Source) -> None:
             }
         ),
     )
+    calls = (
+        "SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread, coalesce(n.blocks, false) AS blocks "
+        f"FROM ({HOST_RANGES}) a LEFT JOIN api_names n USING (name) WHERE a.kind = 'cuda_api'"
+    )
+    # Every call as integers only (millions of rows: what the window below sorts, and the busy
+    # sweep reads), and the blocking calls (a few thousand) with their names.
     source.table(
         "api_calls",
-        "SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, correlation_id, "
-        f"hash(trace_id, pid, tid) AS thread FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'",
+        f"SELECT event_id, start_ns, end_ns, dur_ns, correlation_id, thread, blocks FROM ({calls})",
     )
     source.table(
+        "blocking_calls",
+        f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({calls}) WHERE blocks",
+    )
+    _previous_calls(source)
+    source.table(
         "sync_calls",
-        # the call before each blocking call on its thread: the window sorts narrow integer rows only
-        "WITH ordered AS (SELECT thread, event_id, blocks, lag(event_id) OVER t AS prev_id, lag(dur_ns) OVER t "
-        "AS prev_dur FROM (SELECT event_id, dur_ns, start_ns, end_ns, thread, coalesce(n.blocks, false) AS blocks "
-        "FROM api_calls LEFT JOIN api_names n USING (name)) "
-        "WINDOW t AS (PARTITION BY thread ORDER BY start_ns, coalesce(end_ns, 0), event_id)), "
-        "staged AS (SELECT coalesce(trace_id, '') AS trace_id, launch_event_id AS event_id, "
+        "WITH staged AS (SELECT coalesce(trace_id, '') AS trace_id, launch_event_id AS event_id, "
         "isum(coalesce(bytes, 0)) AS size FROM events WHERE kind = 'memcpy' AND copy_kind = 'HtoD' "
         "AND (src_kind IS NULL OR src_kind IN ('Pageable', 'Unknown')) AND launch_event_id IS NOT NULL GROUP BY ALL), "
         "calls AS (SELECT a.*, o.prev_id, o.prev_dur, n.plain, n.stream_sync, own.size AS own_size, "
-        "before.size AS prev_size FROM (SELECT * FROM ordered WHERE blocks) o "
-        "JOIN api_calls a ON a.event_id = o.event_id AND a.thread = o.thread "
+        "before.size AS prev_size FROM blocking_calls a "
+        "LEFT JOIN previous_calls o ON o.event_id = a.event_id AND o.thread = a.thread "
         "JOIN api_names n ON n.name = a.name "
         "LEFT JOIN staged own ON own.trace_id = a.trace_id AND own.event_id = a.event_id "
         "LEFT JOIN staged before ON before.trace_id = a.trace_id AND before.event_id = o.prev_id) "
@@ -81,6 +89,45 @@ def prepare_calls(source: Source) -> None:
         "AND (sync_type IS NULL OR sync_type <> 'stream_wait_event') AND NOT (correlation_id IS NOT NULL "
         "AND EXISTS (SELECT 1 FROM api_calls a WHERE a.correlation_id = s.correlation_id))",
     )
+
+
+def _previous_calls(source: Source) -> None:
+    """The table ``previous_calls``: for each blocking call, the call before it on its thread (in
+    (start, end, event id) order) and that call's duration.
+
+    Not a window over every call (a sort of millions of rows): the calls of time buckets of
+    :data:`FIRST_BUCKET_NS` ns, the blocking call's and the one before, are searched through a
+    hash of the blocking calls. A bucket holding a call before it holds the one right before it
+    (no call lies between); a blocking call without one is searched again with buckets
+    :data:`BUCKET_GROWS` times as wide, until a bucket spans the calls' whole time (then it has none).
+    """
+    source.run(
+        "CREATE OR REPLACE TABLE previous_calls (thread UBIGINT, event_id BIGINT, prev_id BIGINT, prev_dur BIGINT)"
+    )
+    span = source.scalar("SELECT max(start_ns) - min(start_ns) FROM api_calls") or 0
+    width = FIRST_BUCKET_NS
+    pending = "SELECT thread, event_id, start_ns, coalesce(end_ns, 0) AS e FROM blocking_calls"
+    while True:
+        last = width > span
+        source.run(
+            f"INSERT INTO previous_calls WITH b AS ({pending}), "
+            f"k AS (SELECT b.*, b.start_ns // {width} - d.d AS bucket FROM b, (VALUES (0), (1)) d(d)) "
+            "SELECT k.thread, k.event_id, a.event_id, a.dur_ns FROM api_calls a JOIN k "
+            f"ON a.thread = k.thread AND a.start_ns // {width} = k.bucket "
+            "WHERE a.start_ns < k.start_ns OR (a.start_ns = k.start_ns AND (coalesce(a.end_ns, 0) < k.e "
+            "OR (coalesce(a.end_ns, 0) = k.e AND a.event_id < k.event_id))) "
+            "QUALIFY row_number() OVER (PARTITION BY k.thread, k.event_id "
+            "ORDER BY a.start_ns DESC, coalesce(a.end_ns, 0) DESC, a.event_id DESC) = 1"
+        )
+        if last:
+            return
+        pending = (
+            "SELECT b.thread, b.event_id, b.start_ns, coalesce(b.end_ns, 0) AS e FROM blocking_calls b "
+            "ANTI JOIN previous_calls p ON p.thread = b.thread AND p.event_id = b.event_id"
+        )
+        if not source.scalar(f"SELECT count(*) FROM ({pending})"):
+            return
+        width *= BUCKET_GROWS
 
 
 def tally(source: Source, scoped: str, last_launch: int | None) -> Syncs:

@@ -1,0 +1,73 @@
+"""The call before each blocking call on its thread (``syncs._previous_calls``: searched in time
+buckets that widen until found) equals a window over every call in (start, end, event id) order,
+on real traces of both sources, with buckets so narrow that nearly every search widens many times,
+the default ones, and one bucket for the whole trace; and on a hand-made variant of a real trace
+whose calls share start times (ties broken by end, then event id)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from traceconv.analyses import syncs as Y
+from traceconv.analyses.common import load
+from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.source import Source
+
+from .conftest import fixture, fixture_files
+
+WINDOW = (
+    "SELECT thread, event_id, prev_id, prev_dur FROM (SELECT thread, event_id, blocks, "
+    "lag(event_id) OVER t AS prev_id, lag(dur_ns) OVER t AS prev_dur FROM api_calls "
+    "WINDOW t AS (PARTITION BY thread ORDER BY start_ns, coalesce(end_ns, 0), event_id)) "
+    "WHERE blocks AND prev_id IS NOT NULL"
+)
+TRACES = [
+    *fixture_files("nsys/h200", ["buggy.sqlite", "fixed.sqlite"]),
+    *fixture_files("nsys/public", ["*.sqlite"]),
+    *fixture_files("pytorch/h200", ["train_buggy.pt.trace.json.gz", "streams_memcpy.json", "seed_linear.json"]),
+]
+BUCKETS = (1, Y.FIRST_BUCKET_NS, 1 << 62)
+
+
+def _pairs(source: Source, sql: str) -> set[tuple[int, int, int, int | None]]:
+    t = source.arrow(sql)
+    return set(zip(*(t[c].to_pylist() for c in ("thread", "event_id", "prev_id", "prev_dur")), strict=True))
+
+
+TIED = (
+    "SELECT count(*) FROM previous_calls p JOIN api_calls a ON a.thread = p.thread AND a.event_id = p.prev_id "
+    "JOIN api_calls b ON b.thread = p.thread AND b.event_id = p.event_id WHERE a.start_ns = b.start_ns"
+)
+
+
+def _check(table: pa.Table, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Compares at every bucket width; the number of blocking calls that start with the call before them."""
+    tied = 0
+    for width in BUCKETS:
+        monkeypatch.setattr(Y, "FIRST_BUCKET_NS", width)
+        with Source(table) as source:
+            Y.prepare_calls(source)
+            got = _pairs(source, "SELECT * FROM previous_calls")
+            assert got == _pairs(source, WINDOW), width
+            tied = source.scalar(TIED)
+    return tied
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: Path(p).name)
+def test_previous_calls_equal_the_window(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check(load(path, columns=INPUT_COLUMNS), monkeypatch)
+
+
+def test_ties_in_start_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-made from a real trace: every CUDA call's start rounded down to 100 us, so that many
+    calls of a thread start together and the order falls to their ends and event ids."""
+    table = load(fixture("pytorch/h200/train_buggy.pt.trace.json.gz"), columns=INPUT_COLUMNS)
+    api = pc.equal(table["kind"], "cuda_api")
+    start = table["start_ns"]
+    rounded = pc.multiply(pc.divide(start, 100_000), 100_000)
+    table = table.set_column(table.column_names.index("start_ns"), "start_ns", pc.if_else(api, rounded, start))
+    assert _check(table, monkeypatch) >= 5  # blocking calls that start with the call before them
