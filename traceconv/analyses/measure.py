@@ -31,6 +31,7 @@ from traceconv.analyses.tree import KIND_CODES, Trees, walk
 from traceconv.errors import ResourceError
 
 PARTS = (1, 8, 64)  # the aggregate per host range is tried whole, then in this many parts
+LAUNCH_BUCKET_NS = 1 << 20  # the time buckets of the launches' running sums
 
 
 @dataclass(frozen=True)
@@ -187,29 +188,23 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id "
         "WHERE g.kind IN ('kernel', 'memcpy', 'memset')",
     )
+    # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
+    source.table(
+        "tree_ops",
+        "SELECT r.tc, r.event_id FROM tree_ranges r SEMI JOIN "
+        "(SELECT DISTINCT tc, op_event_id FROM tree_gpu_launch WHERE op_event_id IS NOT NULL) o "
+        "ON o.tc = r.tc AND o.op_event_id = r.event_id",
+    )
     source.table(
         "tree_gpu",
         "SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, ro.event_id AS op_node "
-        "FROM tree_gpu_launch g LEFT JOIN tree_ranges ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
+        "FROM tree_gpu_launch g LEFT JOIN tree_ops ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
         "WHERE g.launch_node IS NOT NULL OR ro.event_id IS NOT NULL",
     )
+    source.run("DROP TABLE tree_ops")
     source.run("DROP TABLE tree_gpu_launch")
     _per_range_sums(source)
-    source.table(
-        "tree_launches",
-        # a running sum over the launches in time order (the default frame takes in every launch at the
-        # same time, so each row holds the sum up to its time, as one row per time would)
-        "SELECT tc, launch_pid AS pid, launch_start_ns AS t, CAST(sum(d) OVER "
-        "(PARTITION BY tc, launch_pid ORDER BY launch_start_ns) AS BIGINT) AS cum FROM tree_gpu "
-        "WHERE launch_node IS NOT NULL AND launch_start_ns IS NOT NULL",
-    )
-    source.table(  # the GPU time its process launched up to each NVTX range's end, minus up to before its start
-        "tree_process",
-        "WITH nv AS (SELECT tc, event_id, pid, start_ns - 1 AS t, -1 AS sign FROM tree_ranges WHERE kind = 1 "
-        "UNION ALL SELECT tc, event_id, pid, end_ns, 1 FROM tree_ranges WHERE kind = 1) "
-        "SELECT nv.tc, nv.event_id, isum(coalesce(e.cum, 0) * nv.sign) AS process_gpu FROM nv "
-        "ASOF LEFT JOIN tree_launches e ON nv.tc = e.tc AND nv.pid = e.pid AND nv.t >= e.t GROUP BY ALL",
-    )
+    _process_gpu(source)
     source.table(  # each memcpy row's first node (its launching call, else its operator)
         "copy_nodes",
         "SELECT c.trace_id, g.gpu_id AS event_id, coalesce(g.launch_node, g.op_node) AS node FROM tree_gpu g "
@@ -226,6 +221,40 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
     return query, traces
+
+
+def _process_gpu(source: Source) -> None:
+    """The table ``tree_process``: per NVTX range, the GPU time of the rows its process launched while
+    it was open (launch start within its start and end), whatever thread launched them.
+
+    Each end's sum of every launch up to it, less its start's: the sums of whole time buckets of
+    :data:`LAUNCH_BUCKET_NS` before the bucket of the time (a running sum over the buckets, of which
+    there are far fewer than launches), plus the launches of its own bucket up to it (a hash join of
+    the launches on the ends' buckets); no sort of the launches.
+    """
+    w = LAUNCH_BUCKET_NS
+    launched = "FROM tree_gpu WHERE launch_node IS NOT NULL AND launch_start_ns IS NOT NULL"
+    source.table(
+        "tree_buckets",  # per process and bucket its GPU time, and the time of the buckets before it
+        "SELECT tc, pid, bucket, total, CAST(sum(total) OVER (PARTITION BY tc, pid ORDER BY bucket "
+        "ROWS UNBOUNDED PRECEDING) AS BIGINT) - total AS before FROM (SELECT tc, launch_pid AS pid, "
+        f"launch_start_ns // {w} AS bucket, isum(d) AS total {launched} GROUP BY ALL)",
+    )
+    source.table(
+        "tree_process",
+        "WITH nv AS (SELECT tc, event_id, pid, t, sign, t // "
+        f"{w} AS bucket FROM (SELECT tc, event_id, pid, start_ns - 1 AS t, -1 AS sign FROM tree_ranges WHERE kind = 1 "
+        "UNION ALL SELECT tc, event_id, pid, end_ns, 1 FROM tree_ranges WHERE kind = 1)), "
+        "own AS (SELECT n.tc, n.event_id, n.sign, isum(g.d) AS part FROM nv n JOIN (SELECT tc, launch_pid, "
+        f"launch_start_ns, d {launched}) g ON g.tc = n.tc AND g.launch_pid = n.pid "
+        f"AND g.launch_start_ns // {w} = n.bucket AND g.launch_start_ns <= n.t GROUP BY ALL), "
+        "earlier AS (SELECT n.tc, n.event_id, n.sign, CASE WHEN b.bucket = n.bucket THEN b.before "
+        "ELSE b.before + b.total END AS pre FROM nv n ASOF LEFT JOIN tree_buckets b "
+        "ON n.tc = b.tc AND n.pid = b.pid AND n.bucket >= b.bucket) "
+        "SELECT e.tc, e.event_id, isum((coalesce(e.pre, 0) + coalesce(o.part, 0)) * e.sign) AS process_gpu "
+        "FROM earlier e LEFT JOIN own o USING (tc, event_id, sign) GROUP BY ALL",
+    )
+    source.run("DROP TABLE tree_buckets")
 
 
 def _per_range_sums(source: Source) -> None:
