@@ -10,6 +10,10 @@ once more on one thread, and the aggregate per host range that does runs in part
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -259,3 +263,24 @@ def test_the_default_budget_grows_within_half_the_available_memory(monkeypatch: 
             source.scalar("SELECT count(*) FROM events")
         source.con = real
         assert source.memory == "200MB"
+
+
+@pytest.mark.parametrize(("value", "code"), [("", 0), ("64MB", 0), ("abc", 2), ("12 parsecs", 2), ("'1GB", 2)])
+def test_the_budget_a_user_sets(value: str, code: int, tmp_path: Path) -> None:
+    """TRACECONV_MEMORY set but empty is the default; a value that is no memory size is a one-line error
+    that names it, no traceback."""
+    env = {**os.environ, "TRACECONV_MEMORY": value}
+    trace = fixture("pytorch/h200/seed_linear.json")
+    done = subprocess.run(
+        [sys.executable, "-c", "from traceconv.cli import main; main()", "kernels", str(trace)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stderr
+    if code:
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "TRACECONV_MEMORY=" in lines[0] and "is not a memory size" in lines[0], lines
+    else:
+        assert "sgemm" in done.stdout, done.stdout  # the trace's kernels

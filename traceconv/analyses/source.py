@@ -32,8 +32,9 @@ from traceconv.process import available_memory
 # grow (bench/README.md: 128 MB against 256 MB), and a statement that does not fit it even on one
 # thread runs again with twice the budget, up to GROWN_MAX_MB or half the available memory.
 # TRACECONV_MEMORY fixes the budget: no growth.
-MEMORY_LIMIT = os.environ.get("TRACECONV_MEMORY", "128MB")
-MEMORY_GROWS = "TRACECONV_MEMORY" not in os.environ
+_SETTING = os.environ.get("TRACECONV_MEMORY", "").strip()  # set but empty: as if unset
+MEMORY_LIMIT = _SETTING or "128MB"
+MEMORY_GROWS = not _SETTING
 GROWN_MAX_MB = 4096
 FEW_WINDOWS = 8  # Source.within: windows tested by comparisons in SQL, not by a Python function
 
@@ -54,7 +55,15 @@ class Source:
         self.memory = MEMORY_LIMIT  # the budget now (it grows only from the default)
         self.grows = MEMORY_GROWS
         self.con = duckdb.connect(os.path.join(work, "work.duckdb"), config={"threads": self.threads})
-        self.run(f"SET memory_limit = '{self.memory}'")
+        try:
+            self.con.execute(f"SET memory_limit = '{_quoted(self.memory)}'")
+        except duckdb.Error as exc:  # only TRACECONV_MEMORY can be wrong here
+            self.close()
+            raise UsageError(
+                None,
+                f"TRACECONV_MEMORY={self.memory!r} is not a memory size ({query_error(exc)})",
+                "set it like TRACECONV_MEMORY=2GB, or unset it for the default budget",
+            ) from exc
         self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
         # Sums of int64 are HUGEINT in DuckDB: back to int64 nanoseconds and bytes.
