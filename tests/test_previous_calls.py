@@ -62,12 +62,17 @@ def test_previous_calls_equal_the_window(path: Path, monkeypatch: pytest.MonkeyP
     _check(load(path, columns=INPUT_COLUMNS), monkeypatch)
 
 
-def test_ties_in_start_time(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("ends", ["kept", "reversed"])
+def test_ties_in_start_time(ends: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hand-made from a real trace: every CUDA call's start rounded down to 100 us, so that many
-    calls of a thread start together and the order falls to their ends and event ids."""
+    calls of a thread start together and the order falls to their ends and event ids; "reversed":
+    within each 100 us the later a call started, the earlier it ends (the ends decide, not the ids)."""
     table = load(fixture("pytorch/h200/train_buggy.pt.trace.json.gz"), columns=INPUT_COLUMNS)
     api = pc.equal(table["kind"], "cuda_api")
     start = table["start_ns"]
     rounded = pc.multiply(pc.divide(start, 100_000), 100_000)
     table = table.set_column(table.column_names.index("start_ns"), "start_ns", pc.if_else(api, rounded, start))
-    assert _check(table, monkeypatch) >= 5  # blocking calls that start with the call before them
+    if ends == "reversed":
+        end = pc.add(rounded, pc.subtract(200_000, pc.subtract(start, rounded)))
+        table = table.set_column(table.column_names.index("end_ns"), "end_ns", pc.if_else(api, end, table["end_ns"]))
+    assert _check(table, monkeypatch) >= 3  # blocking calls that start with the call before them

@@ -97,8 +97,9 @@ def _previous_calls(source: Source) -> None:
 
     Not a window over every call (a sort of millions of rows): the calls of time buckets of
     :data:`FIRST_BUCKET_NS` ns, the blocking call's and the one before, are searched through a
-    hash of the blocking calls. A bucket holding a call before it holds the one right before it
-    (no call lies between); a blocking call without one is searched again with buckets
+    hash of the blocking calls, and the latest before it kept (an aggregate: no sort). A bucket
+    holding a call before it holds the one right before it (no call lies between); a blocking
+    call without one is searched again with buckets
     :data:`BUCKET_GROWS` times as wide, until a bucket spans the calls' whole time (then it has none).
     """
     source.run(
@@ -112,12 +113,13 @@ def _previous_calls(source: Source) -> None:
         source.run(
             f"INSERT INTO previous_calls WITH b AS ({pending}), "
             f"k AS (SELECT b.*, b.start_ns // {width} - d.d AS bucket FROM b, (VALUES (0), (1)) d(d)) "
-            "SELECT k.thread, k.event_id, a.event_id, a.dur_ns FROM api_calls a JOIN k "
+            "SELECT thread, event_id, prev.id, prev.dur FROM (SELECT k.thread, k.event_id, "
+            "arg_max(struct_pack(id := a.event_id, dur := a.dur_ns), "
+            "struct_pack(s := a.start_ns, e := coalesce(a.end_ns, 0), id := a.event_id)) AS prev "
+            "FROM api_calls a JOIN k "
             f"ON a.thread = k.thread AND a.start_ns // {width} = k.bucket "
             "WHERE a.start_ns < k.start_ns OR (a.start_ns = k.start_ns AND (coalesce(a.end_ns, 0) < k.e "
-            "OR (coalesce(a.end_ns, 0) = k.e AND a.event_id < k.event_id))) "
-            "QUALIFY row_number() OVER (PARTITION BY k.thread, k.event_id "
-            "ORDER BY a.start_ns DESC, coalesce(a.end_ns, 0) DESC, a.event_id DESC) = 1"
+            "OR (coalesce(a.end_ns, 0) = k.e AND a.event_id < k.event_id))) GROUP BY ALL)"
         )
         if last:
             return
