@@ -8,6 +8,8 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -194,3 +196,14 @@ def test_traces_converted_on_the_fly_leave_nothing_behind(tmp_path: Path, monkey
     assert list(tmp_path.iterdir()) == []
     _sql("SELECT nme FROM events", str(fixture(PYTORCH)), ok=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_progress_bar_in_the_output() -> None:
+    """DuckDB draws a progress bar on stdout for a long query where Python looks interactive
+    (python -c, notebooks): off, so that it never lands inside a command's output."""
+    code = (
+        "import pyarrow as pa; from traceconv.analyses.source import Source; "
+        "print(Source(pa.table({'t': [1]})).scalar(\"SELECT current_setting('enable_progress_bar')\"))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "False"

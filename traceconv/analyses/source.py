@@ -66,6 +66,9 @@ class Source:
             ) from exc
         self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
+        # DuckDB draws a progress bar on stdout for a long query where Python looks interactive
+        # (python -c, notebooks): it would land inside the output of `traceconv sql` and the summaries.
+        self.run("SET enable_progress_bar = false")
         # Sums of int64 are HUGEINT in DuckDB: back to int64 nanoseconds and bytes.
         self.run("CREATE MACRO total(x) AS CAST(coalesce(sum(x), 0) AS BIGINT)")
         self.run("CREATE MACRO isum(x) AS CAST(sum(x) AS BIGINT)")
