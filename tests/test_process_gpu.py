@@ -21,7 +21,7 @@ from traceconv.analyses.source import Source
 from .conftest import fixture, fixture_files
 
 TRACES = [
-    *fixture_files("nsys/h200", ["buggy.sqlite", "autograd_nvtx.sqlite", "gpu_metrics.sqlite"]),
+    *fixture_files("nsys/h200", ["buggy.sqlite", "fixed.sqlite", "autograd_nvtx.sqlite"]),
     *fixture_files("pytorch/h200", ["train_buggy.pt.trace.json.gz", "conv_nvtx_stack.json", "ddp_rank0.pt.trace.json"]),
 ]
 BUCKETS = (1, M.LAUNCH_BUCKET_NS, 1 << 62)
