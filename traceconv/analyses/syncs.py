@@ -57,8 +57,8 @@ def prepare_calls(source: Source) -> None:
         "SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread, coalesce(n.blocks, false) AS blocks "
         f"FROM ({HOST_RANGES}) a LEFT JOIN api_names n USING (name) WHERE a.kind = 'cuda_api'"
     )
-    # Every call as integers only (millions of rows: what the window below sorts, and the busy
-    # sweep reads), and the blocking calls (a few thousand) with their names.
+    # Every call as integers only (millions of rows: what the search for the calls before the
+    # blocking ones and the busy sweep read), and the blocking calls (a few thousand) with their names.
     source.table(
         "api_calls",
         f"SELECT event_id, start_ns, end_ns, dur_ns, correlation_id, thread, blocks FROM ({calls})",
@@ -99,8 +99,8 @@ def _previous_calls(source: Source) -> None:
     :data:`FIRST_BUCKET_NS` ns, the blocking call's and the one before, are searched through a
     hash of the blocking calls, and the latest before it kept (an aggregate: no sort). A bucket
     holding a call before it holds the one right before it (no call lies between); a blocking
-    call without one is searched again with buckets
-    :data:`BUCKET_GROWS` times as wide, until a bucket spans the calls' whole time (then it has none).
+    call without one is searched again with buckets :data:`BUCKET_GROWS` times as wide, until a
+    bucket spans the calls' whole time (then it has none).
     """
     source.run(
         "CREATE OR REPLACE TABLE previous_calls (thread UBIGINT, event_id BIGINT, prev_id BIGINT, prev_dur BIGINT)"
