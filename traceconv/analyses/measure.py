@@ -20,6 +20,7 @@ import pyarrow as pa
 from traceconv.analyses import busy as B
 from traceconv.analyses import gpu as G
 from traceconv.analyses import intervals as I
+from traceconv.analyses import leaves as L
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.idle import verdict
 from traceconv.analyses.prepare import HOST_RANGES, Facts
@@ -93,7 +94,9 @@ def measure(
         windows,
     )
     query, traces = tree_stream(source, facts)
-    trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
+    trees = L.walk(source, ranges_query, facts, traces, windows)
+    if trees is None:  # the calls are not all leaves: every host range through the sorted stream
+        trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
     withins = [f"in_scope_{k}" for k in range(len(scopes))]
     for name, segments in zip(withins, windows, strict=True):
@@ -211,16 +214,21 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "JOIN trace_codes c USING (tc) WHERE g.copy",
     )
     source.run("DROP TABLE tree_gpu")
-    query = (
+    return ranges_query(), traces
+
+
+def ranges_query(where: str = "true") -> str:
+    """The trees' stream of the host ranges ``where`` selects (a condition on ``r``, the table
+    ``tree_ranges``) in (thread, start, longest first) order, with their GPU sums."""
+    return (
         "SELECT r.tc AS trace, r.event_id, r.kind, r.label, r.kind < 2 AS is_op, "
         "r.step AND r.kind < 2 AS is_step, r.kind = 1 AND NOT r.step "
         "AS is_region, r.start_ns, r.end_ns, r.dur_ns, r.thread, coalesce(g.self_gpu, 0) AS self_gpu, "
         "coalesce(g.first_gpu, 0) AS first_gpu, coalesce(p.process_gpu, 0) AS process_gpu, "
         "coalesce(g.wanted, false) AS wanted FROM tree_ranges r "
         "LEFT JOIN tree_gpu_sums g USING (tc, event_id) LEFT JOIN tree_process p USING (tc, event_id) "
-        "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
+        f"WHERE {where} ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
-    return query, traces
 
 
 def _process_gpu(source: Source) -> None:

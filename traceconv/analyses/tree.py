@@ -99,6 +99,19 @@ class Block:
         return len(self.start)
 
 
+@dataclass(frozen=True)
+class Leaves:
+    """What CUDA API calls kept out of a block add to the block's rows, their parents
+    (:mod:`traceconv.analyses.leaves`): per row the calls' summed durations, their count and the GPU
+    time they launched; and the calls whose region is asked for, as their parent's row and their key."""
+
+    dur: I64
+    count: I64
+    gpu: I64
+    wanted_row: I64
+    wanted_key: list[tuple[str, int]]
+
+
 def walk(
     batches: Iterator[pa.RecordBatch], windows: Sequence[tuple[I64, I64]], labels: list[str], traces: list[str]
 ) -> Trees:
@@ -108,7 +121,7 @@ def walk(
     trees = Trees(labels, traces, [Totals(len(labels)) for _ in windows])
     for block in blocks(batches):
         work(block, windows, trees)
-    _named_samples(trees)
+    named_samples(trees)
     return trees
 
 
@@ -119,10 +132,10 @@ def blocks(batches: Iterator[pa.RecordBatch]) -> Iterator[Block]:
         table = pa.Table.from_batches([batch]) if carry is None else pa.concat_tables([carry, pa.table(batch)])
         cut = _last_cut(table)
         if cut:
-            yield _block(table.slice(0, cut))
+            yield block_of(table.slice(0, cut))
         carry = table.slice(cut)
     if carry is not None and carry.num_rows:
-        yield _block(carry)
+        yield block_of(carry)
 
 
 def _runs(table: pa.Table) -> I64:
@@ -156,7 +169,7 @@ def _running_max(values: I64, restart: Bools) -> I64:
     return np.maximum.accumulate(values - values.min() + offset) - offset + values.min() if len(values) else values
 
 
-def _block(table: pa.Table) -> Block:
+def block_of(table: pa.Table) -> Block:
     def col(name: str) -> I64:
         return _ints(table[name])
 
@@ -181,18 +194,25 @@ def _block(table: pa.Table) -> Block:
     )
 
 
-def work(b: Block, windows: Sequence[tuple[I64, I64]], trees: Trees) -> None:
+def work(b: Block, windows: Sequence[tuple[I64, I64]], trees: Trees, leaves: Leaves | None = None) -> None:
+    """One block's sums into ``trees``; ``leaves``: what calls kept out of the block add to its rows
+    (their children: durations, count, GPU time)."""
     n = len(b)
     parent = I.parents(b.group, b.start, b.end)
     child = parent >= 0
     children = np.bincount(parent[child], weights=b.dur[child], minlength=n).astype(np.int64)
+    first_gpu = np.where(b.first_gpu > 0, b.first_gpu, 0)  # what each range passes up to its ancestors
+    if leaves is not None:
+        children += leaves.dur
+        first_gpu += leaves.gpu
     cpu_self = np.maximum(b.dur - children, 0)
     gpu_total = np.zeros(n, np.int64)
-    launching = np.flatnonzero(b.first_gpu > 0)
+    launching = np.flatnonzero(first_gpu > 0)
     for rows, node in I.ancestors(parent, launching):  # each range's GPU time, to it and every ancestor
-        gpu_total += np.rint(np.bincount(node, weights=b.first_gpu[launching[rows]], minlength=n)).astype(np.int64)
-    merged, cpu_self, gpu_self = _merge_repeats(b, parent, cpu_self, b.self_gpu.copy())
-    _regions(b, parent, trees)
+        gpu_total += np.rint(np.bincount(node, weights=first_gpu[launching[rows]], minlength=n)).astype(np.int64)
+    more = leaves.count if leaves is not None else None
+    merged, cpu_self, gpu_self = _merge_repeats(b, parent, cpu_self, b.self_gpu.copy(), more)
+    _regions(b, parent, trees, leaves)
     op = b.is_op & ~merged
     _samples(b, op, trees)
     _first_kinds(b, op, trees)
@@ -213,13 +233,19 @@ def _add(store: dict[str, I64], label: I64, rows: Bools, **values: I64 | int) ->
         store[name] += np.rint(np.bincount(codes, weights=weights, minlength=size)).astype(np.int64)
 
 
-def _merge_repeats(b: Block, parent: I64, cpu_self: I64, gpu_self: I64) -> tuple[Bools, I64, I64]:
+def _merge_repeats(
+    b: Block, parent: I64, cpu_self: I64, gpu_self: I64, more_children: I64 | None = None
+) -> tuple[Bools, I64, I64]:
     """Fold an operator into its parent when the parent has its name and no other child
-    (``torch.profiler``'s ``_remove_dup_nodes``); its self times move to the row it folds into."""
+    (``torch.profiler``'s ``_remove_dup_nodes``); its self times move to the row it folds into.
+    ``more_children``: per row, its children that are not rows of the block."""
     n = len(parent)
     has_parent = parent >= 0
     p = np.maximum(parent, 0)
-    only_child = np.bincount(parent[has_parent], minlength=n)[p] == 1
+    children = np.bincount(parent[has_parent], minlength=n)
+    if more_children is not None:
+        children = children + more_children
+    only_child = children[p] == 1
     merged = has_parent & only_child & (b.label == b.label[p]) & (b.label >= 0) & b.is_op
     if not merged.any():
         return merged, cpu_self, gpu_self
@@ -236,18 +262,26 @@ def _merge_repeats(b: Block, parent: I64, cpu_self: I64, gpu_self: I64) -> tuple
     return merged, cpu_self, gpu_self
 
 
-def _regions(b: Block, parent: I64, trees: Trees) -> None:
-    """The innermost annotation or NVTX range (not a step) around each wanted range, itself included."""
-    wanted = np.flatnonzero(b.wanted)
+def _regions(b: Block, parent: I64, trees: Trees, leaves: Leaves | None = None) -> None:
+    """The innermost annotation or NVTX range (not a step) around each wanted range, itself included;
+    a wanted call of ``leaves`` (never a region itself) gets its parent row's."""
+    own = np.flatnonzero(b.wanted)
+    keys = [
+        (trees.traces[int(t)], int(e)) for t, e in zip(b.trace[own].tolist(), b.event_id[own].tolist(), strict=True)
+    ]
+    wanted = own
+    if leaves is not None and len(leaves.wanted_row):
+        wanted = np.concatenate([own, leaves.wanted_row])
+        keys += leaves.wanted_key
     if not len(wanted):
         return
     found = np.full(len(wanted), -1, dtype=np.int64)
     for rows, node in I.ancestors(parent, wanted):
         hit = (found[rows] < 0) & b.is_region[node]
         found[rows[hit]] = node[hit]
-    for row, node in zip(wanted.tolist(), found.tolist(), strict=True):
+    for key, node in zip(keys, found.tolist(), strict=True):
         if node >= 0 and b.label[node] >= 0:
-            trees.regions[(trees.traces[int(b.trace[row])], int(b.event_id[row]))] = trees.labels[int(b.label[node])]
+            trees.regions[key] = trees.labels[int(b.label[node])]
 
 
 def _first_kinds(b: Block, op: Bools, trees: Trees) -> None:
@@ -279,7 +313,7 @@ def _samples(b: Block, op: Bools, trees: Trees) -> None:
             del held[SAMPLE:]
 
 
-def _named_samples(trees: Trees) -> None:
+def named_samples(trees: Trees) -> None:
     """Each operator's sample, its first calls by (trace, event id), with the traces' ids."""
     for label, held in trees.coded.items():
         trees.samples[label] = [(trees.traces[t], e) for t, e in sorted(held)]
