@@ -1,41 +1,49 @@
-"""The trees' pass where CUDA API calls are leaves: the calls stream past the other host ranges in
-the order of the file, unsorted.
+"""The trees' pass where CUDA API calls are leaves: the calls read once, in the order of the file,
+instead of sorted with every host range and joined with their GPU work.
 
 Most host ranges of an Nsight Systems export are CUDA API calls (4.2M of 4.3M in the 16x bench
 export), and a call is rarely more than a leaf: it is no operator, and nothing starts inside it.
 All a leaf gives the walk (:mod:`traceconv.analyses.tree`) goes to its parent, the innermost range
 open when it starts: its duration and itself as a child, the GPU time it launched, and, when its
-region is asked for, the parent's region. So the rest of the host ranges (operators, annotations,
-NVTX ranges: the structure) are walked as one block, and each call finds its parent among them with
-a binary search and a climb to the first ancestor still open, instead of every call being sorted by
-thread and start and joined with its GPU sums.
+region is asked for, the parent's region. So :func:`scan` reads the other host ranges (operators,
+annotations, NVTX ranges: the structure) sorted, then the calls as the file holds them, each finding
+its parent with a binary search and a climb to the first ancestor still open, and its process.
+``measure.tree_stream`` then leaves the calls out of its tables (a GPU row finds its launching call
+and that call's process by event id, :func:`launch_lookup`), and :func:`walk` walks the structure
+as one block with what its calls add to it.
 
 That each call is a leaf is checked as they pass: on each thread, every call starts once the one
 before it in the file has ended (no call inside a call; calls stored out of start order fail it
 too), and no range of the structure starts inside a call (or with it, unless it encloses it). Where
-a check fails, the input is not one trace, the calls are not many more than the structure, or the
-structure is too large to hold, :func:`walk` returns None and every range goes through the sorted
-stream as before. Both ways give the same sums (tests/test_leaves.py).
+a check fails, the input is not one trace, the calls are not many more than the structure, the
+structure is too large to hold, or the calls' ids are too sparse to index by, :func:`scan` returns
+None and every range goes through the sorted stream as before. Both ways give the same summary
+(tests/test_leaves.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import duckdb
 import numpy as np
 import pyarrow as pa
+from duckdb.func import PythonUDFType
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import Facts
+from traceconv.analyses.prepare import HOST_RANGES, Facts
 from traceconv.analyses.source import Source
-from traceconv.analyses.tree import I64, Block, Leaves, Totals, Trees, block_of, named_samples, work
+from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
 
 RATIO = 4  # the calls must be at least this many times the other host ranges
 MOST_STRUCTURE = 1 << 18  # the most other host ranges held whole as one block
 BATCH = 1 << 18  # calls per batch of the stream
 CALL = 2  # tree.KIND_CODES' cuda_api
 PACKED_LIMIT = 1 << 62  # thread code * time span + time must stay below this in an int64 key
+CALL_PID = "leaf_call_pid"  # the SQL function: a call's process id by its event id (null: no call)
+NONE = "CAST(NULL AS BIGINT)"  # what stands for it where the calls are not leaves
 
 
 @dataclass(frozen=True)
@@ -43,61 +51,100 @@ class Structure:
     """The host ranges that are not calls, in (thread, start, longest first) order, with what the
     calls' parents are looked up by: one key per range (thread code, doubled start)."""
 
-    block: Block
-    threads: I64  # the sorted thread hashes; a range's code is its thread's place here
+    event_id: I64
+    group: I64  # the thread's code: its place in ``threads``
+    end: I64
+    threads: I64  # the sorted thread hashes
     keys: I64
     end2: I64  # doubled ends, at least the doubled start + 1 (a zero-length range covers its start)
     parent: I64
     base: int  # times are doubled after this is taken away
     span: int  # doubled times lie in [0, span)
 
-    def doubled(self, start: I64, end: I64) -> tuple[I64, I64]:
-        s2 = (start - self.base) * 2
-        return s2, np.maximum((end - self.base) * 2, s2 + 1)
+
+def _doubled(base: int, start: I64, end: I64) -> tuple[I64, I64]:
+    """Times doubled from ``base``: a range is ``[s2, e2)``, at least one long (``intervals.parents``)."""
+    s2 = (start - base) * 2
+    return s2, np.maximum((end - base) * 2, s2 + 1)
 
 
 @dataclass
-class Found:
-    """What the calls add up to per structure row, and each call's parent (by event id)."""
+class Calls:
+    """The calls, found to be leaves: what they add up to per structure row, and each call's parent
+    row and process (by event id - ``first_id``; -2 / -1: no call there)."""
 
-    size: int
+    structure: Structure
     first_id: int
-    parent_of: np.ndarray  # per call event id - first_id: its parent row, -1 none, -2 not a call
+    parent_of: np.ndarray  # int32: the parent row, -1 none
+    pid_of: np.ndarray  # int16: the process's place in ``pids`` (more processes: not taken as leaves)
+    pids: list[int] = field(default_factory=list)
     dur: I64 = field(init=False)
     count: I64 = field(init=False)
     last_end: dict[int, int] = field(default_factory=dict)  # thread hash -> the doubled end of its last call
 
     def __post_init__(self) -> None:
-        self.dur = np.zeros(self.size, np.int64)
-        self.count = np.zeros(self.size, np.int64)
+        self.dur = np.zeros(len(self.structure.event_id), np.int64)
+        self.count = np.zeros(len(self.structure.event_id), np.int64)
 
 
-def walk(
-    source: Source,
-    ranges_query: Callable[[str], str],
-    facts: Facts,
-    traces: list[str],
-    windows: Sequence[tuple[I64, I64]],
-) -> Trees | None:
-    """The trees' pass with the calls as leaves, or None where that does not hold (see the module)."""
+def scan(source: Source, facts: Facts, traces: list[str]) -> Calls | None:
+    """The calls read once, in the file's order, to their parents; None where they cannot all be
+    taken as leaves (see the module)."""
     plan = _plan(source, traces)
     if plan is None:
         return None
     first_id, last_id, base, top = plan
-    trees = Trees(facts.label_names, traces, [Totals(len(facts.label_names)) for _ in windows])
-    batches = list(source.batches(ranges_query(f"r.kind <> {CALL}")))
-    if not sum(b.num_rows for b in batches):  # calls alone: no operator, no region, nothing to add to
-        return trees
-    structure = _structure(pa.Table.from_batches(batches), base, top)
-    del batches
+    structure = _structure(source.arrow(_structure_query(facts.last_end)), base, top)
     if structure is None:
         return None
-    found = Found(len(structure.block), first_id, np.full(last_id - first_id + 1, -2, np.int32))
+    size = last_id - first_id + 1
+    calls = Calls(structure, first_id, np.full(size, -2, np.int32), np.full(size, -1, np.int16))
     with source.in_order():
         for batch in source.batches(_calls(facts.last_end), BATCH):
-            if not _add_calls(structure, found, batch):
+            if not _add_calls(calls, batch):
                 return None
-    work(structure.block, windows, trees, _gpu_and_wanted(source, found, traces[0]))
+    return calls
+
+
+@contextlib.contextmanager
+def launch_lookup(source: Source, calls: Calls | None) -> Iterator[Callable[[str], str]]:
+    """SQL for the process of the call an event id names (null: no call), while the tables that
+    need it are made; the calls' processes are let go after."""
+    if calls is None:
+        yield lambda column: NONE
+        return
+    pids = np.array(calls.pids, np.int64)
+
+    def pid(ids: pa.Array) -> pa.Array:
+        eid = np.asarray(ids.fill_null(calls.first_id - 1).to_numpy(zero_copy_only=False), np.int64)
+        slot = eid - calls.first_id
+        code = np.full(len(eid), -1, np.int64)
+        ok = (slot >= 0) & (slot < len(calls.pid_of))
+        code[ok] = calls.pid_of[slot[ok]]
+        return pa.array(pids[np.maximum(code, 0)] if len(pids) else np.zeros(len(eid), np.int64), mask=code < 0)
+
+    source.con.create_function(CALL_PID, pid, ["BIGINT"], "BIGINT", type=PythonUDFType.ARROW, side_effects=False)
+    try:
+        yield lambda column: f"{CALL_PID}({column})"
+    finally:
+        with contextlib.suppress(duckdb.InvalidInputException):
+            source.con.remove_function(CALL_PID)
+        calls.pid_of = np.zeros(0, np.int16)
+
+
+def walk(
+    source: Source, calls: Calls, query: str, facts: Facts, traces: list[str], windows: Sequence[tuple[I64, I64]]
+) -> Trees:
+    """The trees' pass: the structure (``query``: its stream, with its GPU sums) walked as one block,
+    with what the calls add to it."""
+    trees = Trees(facts.label_names, traces, [Totals(len(facts.label_names)) for _ in windows])
+    batches = list(source.batches(query))
+    if sum(b.num_rows for b in batches):
+        block = block_of(pa.Table.from_batches(batches))
+        del batches
+        if not np.array_equal(block.event_id, calls.structure.event_id):
+            raise RuntimeError("the structure's stream does not follow the order it was scanned in")
+        work(block, windows, trees, _gpu_and_wanted(source, calls, traces[0]))
     named_samples(trees)
     return trees
 
@@ -107,10 +154,11 @@ def _plan(source: Source, traces: list[str]) -> tuple[int, int, int, int] | None
     if len(traces) != 1:
         return None
     got = source.arrow(
-        f"SELECT count(*) FILTER (WHERE kind = {CALL}) AS calls, count(*) FILTER (WHERE kind <> {CALL}) AS others, "
-        f"min(event_id) FILTER (WHERE kind = {CALL}) AS first_id, "
-        f"max(event_id) FILTER (WHERE kind = {CALL}) AS last_id, "
-        "min(start_ns) AS base, greatest(max(end_ns), max(start_ns)) AS top FROM tree_ranges"
+        "SELECT count(*) FILTER (WHERE kind = 'cuda_api') AS calls, "
+        "count(*) FILTER (WHERE kind <> 'cuda_api') AS others, "
+        "min(event_id) FILTER (WHERE kind = 'cuda_api') AS first_id, "
+        "max(event_id) FILTER (WHERE kind = 'cuda_api') AS last_id, "
+        f"min(start_ns) AS base, greatest(max(end_ns), max(start_ns)) AS top FROM ({HOST_RANGES})"
     ).to_pylist()[0]
     calls, others, first_id, last_id, base, top = got.values()
     if not calls or calls < RATIO * others or others > MOST_STRUCTURE:
@@ -120,35 +168,49 @@ def _plan(source: Source, traces: list[str]) -> tuple[int, int, int, int] | None
     return int(first_id), int(last_id), int(base), int(top)
 
 
+def _thread(r: str = "") -> str:
+    """The thread hash of ``measure.tree_stream``'s ``tree_ranges`` (``r``: HOST_RANGES' columns)."""
+    if r:
+        return f"CAST(hash({r}.trace_id, {r}.pid, {r}.tid) >> 1 AS BIGINT)"
+    return "CAST(hash(coalesce(trace_id, ''), coalesce(pid, -1), coalesce(tid, -1)) >> 1 AS BIGINT)"
+
+
+def _structure_query(last_end: int) -> str:
+    """The structure in the order of the trees' stream (``measure.ranges_query``)."""
+    return (
+        f"SELECT {_thread('r')} AS thread, r.event_id, r.start_ns, coalesce(r.end_ns, {last_end}) AS end_ns "
+        f"FROM ({HOST_RANGES}) r WHERE r.kind <> 'cuda_api' ORDER BY thread, r.start_ns, end_ns DESC, r.event_id"
+    )
+
+
 def _structure(table: pa.Table, base: int, top: int) -> Structure | None:
-    """The structure (rows of the stream, ordered by thread) with its lookup keys; None where they
-    would not fit an int64."""
-    block = block_of(table)
-    thread = np.asarray(table["thread"].to_numpy(), np.int64)
-    threads = thread[np.r_[True, thread[1:] != thread[:-1]]]  # sorted: the stream is ordered by thread
+    """The structure's lookup keys; None where they would not fit an int64."""
+    thread, eid, start, end = (np.asarray(table[c].to_numpy(), np.int64) for c in table.column_names)
+    head = np.r_[True, thread[1:] != thread[:-1]] if len(thread) else np.zeros(0, bool)
+    threads = thread[head]  # sorted: the rows are ordered by thread
+    group = np.cumsum(head).astype(np.int64) - 1
     span = 2 * (top - base) + 2
     if len(threads) * span >= PACKED_LIMIT:
         return None
-    parent = I.parents(block.group, block.start, block.end)
-    st = Structure(block, threads, block.start, block.end, parent, base, span)
-    s2, e2 = st.doubled(block.start, block.end)
-    return Structure(block, threads, block.group * span + s2, e2, parent, base, span)
+    s2, e2 = _doubled(base, start, end)
+    return Structure(eid, group, end, threads, group * span + s2, e2, I.parents(group, start, end), base, span)
 
 
 def _calls(last_end: int) -> str:
-    """The calls in the file's order, with the thread hash ``tree_ranges`` gives them."""
+    """The calls in the file's order."""
     return (
-        "SELECT CAST(hash(coalesce(trace_id, ''), coalesce(pid, -1), coalesce(tid, -1)) >> 1 AS BIGINT) AS thread, "
-        f"event_id, start_ns, coalesce(end_ns, {last_end}) AS end_ns, coalesce(dur_ns, 0) AS dur_ns "
+        f"SELECT {_thread()} AS thread, event_id, start_ns, coalesce(end_ns, {last_end}) AS end_ns, "
+        "coalesce(dur_ns, 0) AS dur_ns, coalesce(pid, -1) AS pid "
         "FROM events WHERE kind = 'cuda_api' AND start_ns IS NOT NULL"
     )
 
 
-def _add_calls(st: Structure, found: Found, batch: pa.RecordBatch) -> bool:
+def _add_calls(calls: Calls, batch: pa.RecordBatch) -> bool:
     """A batch of calls to their parents; False where a call is not a leaf."""
-    thread, eid, start, end, dur = (np.asarray(batch.column(i).to_numpy(), np.int64) for i in range(5))
-    s2, e2 = st.doubled(start, end)
-    if not _one_after_another(found, thread, s2, e2):
+    thread, eid, start, end, dur, pid = (np.asarray(batch.column(i).to_numpy(), np.int64) for i in range(6))
+    st = calls.structure
+    s2, e2 = _doubled(st.base, start, end)
+    if not _one_after_another(calls, thread, s2, e2):
         return False
     code = np.searchsorted(st.threads, thread)
     known = code < len(st.threads)
@@ -158,21 +220,36 @@ def _add_calls(st: Structure, found: Found, batch: pa.RecordBatch) -> bool:
     inside = np.searchsorted(st.keys, code * st.span + e2, "left") > at
     k = at - 1
     mine = known & (k >= 0)
-    mine[mine] = st.block.group[k[mine]] == code[mine]
+    mine[mine] = st.group[k[mine]] == code[mine]
     # a range starting with the call must enclose it (come before it in the stream's order)
     same = mine.copy()
     same[same] = st.keys[k[same]] == code[same] * st.span + s2[same]
-    if bool((known & inside).any()) or bool((st.block.end[k[same]] <= end[same]).any()):
+    if bool((known & inside).any()) or bool((st.end[k[same]] <= end[same]).any()):
         return False
     parent = _open_ancestor(st, np.where(mine, k, -1), s2)
-    found.parent_of[eid - found.first_id] = parent
+    slot = eid - calls.first_id
+    calls.parent_of[slot] = parent
+    calls.pid_of[slot] = _codes(calls.pids, pid)
+    if len(calls.pids) > np.iinfo(calls.pid_of.dtype).max:
+        return False
     has = parent >= 0
-    found.dur += np.bincount(parent[has], weights=dur[has], minlength=found.size).astype(np.int64)
-    found.count += np.bincount(parent[has], minlength=found.size)
+    calls.dur += np.bincount(parent[has], weights=dur[has], minlength=len(calls.dur)).astype(np.int64)
+    calls.count += np.bincount(parent[has], minlength=len(calls.count))
     return True
 
 
-def _one_after_another(found: Found, thread: I64, s2: I64, e2: I64) -> bool:
+def _codes(known: list[int], values: I64) -> I64:
+    """``values``' places in ``known``, the new ones added to it."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    places = {v: i for i, v in enumerate(known)}
+    for v in distinct.tolist():
+        if v not in places:
+            places[v] = len(known)
+            known.append(v)
+    return np.array([places[v] for v in distinct.tolist()], np.int64)[inverse]
+
+
+def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64) -> bool:
     """Whether, thread by thread, each call starts once the one before it (in the file) ended."""
     order = np.argsort(thread, kind="stable")
     t, s, e = thread[order], s2[order], e2[order]
@@ -182,9 +259,9 @@ def _one_after_another(found: Found, thread: I64, s2: I64, e2: I64) -> bool:
     heads = np.flatnonzero(head)
     tails = np.r_[heads[1:] - 1, len(t) - 1]
     for th, first, last in zip(t[heads].tolist(), s[heads].tolist(), e[tails].tolist(), strict=True):
-        if first < found.last_end.get(th, first):
+        if first < calls.last_end.get(th, first):
             return False
-        found.last_end[th] = last
+        calls.last_end[th] = last
     return True
 
 
@@ -199,25 +276,25 @@ def _open_ancestor(st: Structure, k: I64, s2: I64) -> I64:
     return k
 
 
-def _gpu_and_wanted(source: Source, found: Found, trace: str) -> Leaves:
+def _gpu_and_wanted(source: Source, calls: Calls, trace: str) -> Leaves:
     """The GPU time each call launched (the trees' sums per range), to its parent; and the calls whose
     region is asked for."""
-    gpu = np.zeros(found.size, np.int64)
+    gpu = np.zeros(len(calls.dur), np.int64)
     rows: list[I64] = []
     keys: list[tuple[str, int]] = []
-    span = len(found.parent_of)
+    span = len(calls.parent_of)
     for batch in source.batches("SELECT event_id, first_gpu, wanted FROM tree_gpu_sums WHERE first_gpu <> 0 OR wanted"):
         eid = np.asarray(batch.column(0).to_numpy(), np.int64)
         first_gpu = np.asarray(batch.column(1).to_numpy(), np.int64)
         wanted = np.asarray(batch.column(2).to_numpy(zero_copy_only=False), bool)
-        slot = eid - found.first_id
+        slot = eid - calls.first_id
         call = (slot >= 0) & (slot < span)
         parent = np.full(len(eid), -2, np.int64)
-        parent[call] = found.parent_of[slot[call]]
+        parent[call] = calls.parent_of[slot[call]]
         up = (parent >= 0) & (first_gpu > 0)
-        gpu += np.bincount(parent[up], weights=first_gpu[up], minlength=found.size).astype(np.int64)
+        gpu += np.bincount(parent[up], weights=first_gpu[up], minlength=len(gpu)).astype(np.int64)
         asked = (parent >= 0) & wanted
         rows.append(parent[asked])
         keys += [(trace, e) for e in eid[asked].tolist()]
     wanted_row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    return Leaves(dur=found.dur, count=found.count, gpu=gpu, wanted_row=wanted_row, wanted_key=keys)
+    return Leaves(dur=calls.dur, count=calls.count, gpu=gpu, wanted_row=wanted_row, wanted_key=keys)

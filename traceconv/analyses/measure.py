@@ -10,7 +10,7 @@ of a device's kernels, copies and memsets, clipped to the scope's windows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,9 +93,12 @@ def measure(
         "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL",
         windows,
     )
-    query, traces = tree_stream(source, facts)
-    trees = L.walk(source, ranges_query, facts, traces, windows)
-    if trees is None:  # the calls are not all leaves: every host range through the sorted stream
+    calls = L.scan(source, facts, trace_codes(source))
+    query, traces = tree_stream(source, facts, calls)
+    if calls is not None:  # the calls are leaves: they were found their parents on the way
+        trees = L.walk(source, calls, query, facts, traces, windows)
+        del calls  # their parents by event id: held no longer than the trees' pass
+    else:
         trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
     withins = [f"in_scope_{k}" for k in range(len(scopes))]
@@ -161,15 +164,28 @@ def _bound(busy: dict[str, DeviceTime], idle: IdleBreakdown, launch: LaunchFacts
     )
 
 
-def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
+def trace_codes(source: Source) -> list[str]:
+    """The trace ids (sorted) that the trees' ``tc`` codes stand for, registered as ``trace_codes``."""
+
+    def read() -> list[str]:
+        got = source.arrow("SELECT DISTINCT coalesce(trace_id, '') AS t FROM events ORDER BY t")["t"].to_pylist()
+        source.register("trace_codes", pa.table({"trace_id": pa.array(got, pa.string()), "tc": range(len(got))}))
+        return [str(t) for t in got]
+
+    traces: list[str] = source.kept("trace_codes", read)
+    return traces
+
+
+def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> tuple[str, list[str]]:
     """The query of the host ranges with what the trees' pass needs, in (thread, start, longest
-    first) order, and the trace ids its ``trace`` codes stand for.
+    first) order, and the trace ids its ``trace`` codes stand for. With ``calls`` (the CUDA API
+    calls, found to be leaves), the ranges without them: GPU rows find their launching call and
+    its process by event id instead of a join with millions of calls.
 
     Each step is a temporary table of integer columns, so that no query holds more than one
     join or sort at a time and DuckDB can spill each within its memory budget.
     """
-    traces = source.arrow("SELECT DISTINCT coalesce(trace_id, '') AS t FROM events ORDER BY t")["t"].to_pylist()
-    source.register("trace_codes", pa.table({"trace_id": pa.array(traces, pa.string()), "tc": range(len(traces))}))
+    traces = trace_codes(source)
     kinds = " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KIND_CODES))
     source.table(
         "tree_ranges",
@@ -178,34 +194,11 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
         "CAST(coalesce(l.id, -1) AS INTEGER) AS label, coalesce(l.is_step, false) AS step, r.start_ns, "
         f"coalesce(r.end_ns, {facts.last_end}) AS end_ns, r.dur_ns, "
         "CAST(hash(r.trace_id, r.pid, r.tid) >> 1 AS BIGINT) AS thread, r.pid "
-        f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name",
+        f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name"
+        + (" WHERE r.kind <> 'cuda_api'" if calls is not None else ""),
     )
-    # The GPU rows with their launching call and their operator among the ranges: one join per
-    # statement (with both joins in one, DuckDB 2.0 runs out of budgets of 384-512 MB that it
-    # does not run out of at 256 MB: it holds both hash tables instead of partitioning them).
-    source.table(
-        "tree_gpu_launch",
-        "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
-        "rl.event_id AS launch_node, rl.pid AS launch_pid, g.op_event_id "
-        "FROM events g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
-        "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id "
-        "WHERE g.kind IN ('kernel', 'memcpy', 'memset')",
-    )
-    # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
-    source.table(
-        "tree_ops",
-        "SELECT r.tc, r.event_id FROM tree_ranges r SEMI JOIN "
-        "(SELECT DISTINCT tc, op_event_id FROM tree_gpu_launch WHERE op_event_id IS NOT NULL) o "
-        "ON o.tc = r.tc AND o.op_event_id = r.event_id",
-    )
-    source.table(
-        "tree_gpu",
-        "SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, ro.event_id AS op_node "
-        "FROM tree_gpu_launch g LEFT JOIN tree_ops ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
-        "WHERE g.launch_node IS NOT NULL OR ro.event_id IS NOT NULL",
-    )
-    source.run("DROP TABLE tree_ops")
-    source.run("DROP TABLE tree_gpu_launch")
+    with L.launch_lookup(source, calls) as call_pid:
+        _gpu_nodes(source, call_pid)
     _per_range_sums(source)
     _process_gpu(source)
     source.table(  # each memcpy row's first node (its launching call, else its operator)
@@ -215,6 +208,38 @@ def tree_stream(source: Source, facts: Facts) -> tuple[str, list[str]]:
     )
     source.run("DROP TABLE tree_gpu")
     return ranges_query(), traces
+
+
+def _gpu_nodes(source: Source, call_pid: Callable[[str], str]) -> None:
+    """The table ``tree_gpu``: the GPU rows with their launching call and their operator among the
+    host ranges (``call_pid``: SQL for the process of a call kept out of ``tree_ranges``)."""
+    # One join per statement (with both joins in one, DuckDB 2.0 runs out of budgets of 384-512 MB
+    # that it does not run out of at 256 MB: it holds both hash tables instead of partitioning them).
+    source.table(
+        "tree_gpu_launch",
+        "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
+        "coalesce(rl.event_id, CASE WHEN g.cp IS NOT NULL THEN g.launch_event_id END) AS launch_node, "
+        "coalesce(rl.pid, g.cp) AS launch_pid, g.op_event_id "
+        f"FROM (SELECT *, {call_pid('launch_event_id')} AS cp FROM events "
+        "WHERE kind IN ('kernel', 'memcpy', 'memset')) g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
+        "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id",
+    )
+    # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
+    source.table(
+        "tree_ops",
+        "SELECT r.tc, r.event_id FROM tree_ranges r SEMI JOIN "
+        "(SELECT DISTINCT tc, op_event_id FROM tree_gpu_launch WHERE op_event_id IS NOT NULL) o "
+        "ON o.tc = r.tc AND o.op_event_id = r.event_id",
+    )
+    op_node = f"coalesce(ro.event_id, CASE WHEN {call_pid('g.op_event_id')} IS NOT NULL THEN g.op_event_id END)"
+    source.table(
+        "tree_gpu",
+        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
+        "FROM tree_gpu_launch g LEFT JOIN tree_ops ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
+        f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL",
+    )
+    source.run("DROP TABLE tree_ops")
+    source.run("DROP TABLE tree_gpu_launch")
 
 
 def ranges_query(where: str = "true") -> str:
