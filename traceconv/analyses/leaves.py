@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
-from duckdb.func import PythonUDFType
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.prepare import HOST_RANGES, Facts
@@ -80,11 +81,31 @@ class Calls:
     pids: list[int] = field(default_factory=list)
     dur: I64 = field(init=False)
     count: I64 = field(init=False)
+    gpu: I64 = field(init=False)
+    wanted_row: list[I64] = field(default_factory=list)  # parents of the calls whose region is asked for
+    wanted_key: list[tuple[str, int]] = field(default_factory=list)  # and those calls' keys
     last_end: dict[int, int] = field(default_factory=dict)  # thread hash -> the doubled end of its last call
 
     def __post_init__(self) -> None:
-        self.dur = np.zeros(len(self.structure.event_id), np.int64)
-        self.count = np.zeros(len(self.structure.event_id), np.int64)
+        self.dur, self.count, self.gpu = (np.zeros(len(self.structure.event_id), np.int64) for _ in range(3))
+
+    def parents(self, eid: I64) -> I64:
+        """The parent row of each call ``eid`` names (-1: none; -2: no call)."""
+        slot = eid - self.first_id
+        found = (slot >= 0) & (slot < len(self.parent_of))
+        parent = np.full(len(eid), -2, np.int64)
+        parent[found] = self.parent_of[slot[found]]
+        return parent
+
+    def ask(self, trace: str, parent: I64, eid: I64, asked: npt.NDArray[np.bool_]) -> None:
+        """The regions of the calls ``asked`` for: their parents'."""
+        asked = asked & (parent >= 0)
+        self.wanted_row.append(parent[asked])
+        self.wanted_key += [(trace, e) for e in eid[asked].tolist()]
+
+    def leaves(self) -> Leaves:
+        rows = np.concatenate(self.wanted_row) if self.wanted_row else np.zeros(0, np.int64)
+        return Leaves(dur=self.dur, count=self.count, gpu=self.gpu, wanted_row=rows, wanted_key=self.wanted_key)
 
 
 def scan(source: Source, facts: Facts, traces: list[str]) -> Calls | None:
@@ -123,7 +144,10 @@ def launch_lookup(source: Source, calls: Calls | None) -> Iterator[Callable[[str
         code[ok] = calls.pid_of[slot[ok]]
         return pa.array(pids[np.maximum(code, 0)] if len(pids) else np.zeros(len(eid), np.int64), mask=code < 0)
 
-    source.con.create_function(CALL_PID, pid, ["BIGINT"], "BIGINT", type=PythonUDFType.ARROW, side_effects=False)
+    nulls = FunctionNullHandling.SPECIAL  # it gives null for an id that names no call
+    source.con.create_function(
+        CALL_PID, pid, ["BIGINT"], "BIGINT", type=PythonUDFType.ARROW, null_handling=nulls, side_effects=False
+    )
     try:
         yield lambda column: f"{CALL_PID}({column})"
     finally:
@@ -144,7 +168,7 @@ def walk(
         del batches
         if not np.array_equal(block.event_id, calls.structure.event_id):
             raise RuntimeError("the structure's stream does not follow the order it was scanned in")
-        work(block, windows, trees, _gpu_and_wanted(source, calls, traces[0]))
+        work(block, windows, trees, calls.leaves())
     named_samples(trees)
     return trees
 
@@ -276,25 +300,26 @@ def _open_ancestor(st: Structure, k: I64, s2: I64) -> I64:
     return k
 
 
-def _gpu_and_wanted(source: Source, calls: Calls, trace: str) -> Leaves:
-    """The GPU time each call launched (the trees' sums per range), to its parent; and the calls whose
-    region is asked for."""
-    gpu = np.zeros(len(calls.dur), np.int64)
-    rows: list[I64] = []
-    keys: list[tuple[str, int]] = []
-    span = len(calls.parent_of)
-    for batch in source.batches("SELECT event_id, first_gpu, wanted FROM tree_gpu_sums WHERE first_gpu <> 0 OR wanted"):
-        eid = np.asarray(batch.column(0).to_numpy(), np.int64)
-        first_gpu = np.asarray(batch.column(1).to_numpy(), np.int64)
-        wanted = np.asarray(batch.column(2).to_numpy(zero_copy_only=False), bool)
-        slot = eid - calls.first_id
-        call = (slot >= 0) & (slot < span)
-        parent = np.full(len(eid), -2, np.int64)
-        parent[call] = calls.parent_of[slot[call]]
-        up = (parent >= 0) & (first_gpu > 0)
-        gpu += np.bincount(parent[up], weights=first_gpu[up], minlength=len(gpu)).astype(np.int64)
-        asked = (parent >= 0) & wanted
-        rows.append(parent[asked])
-        keys += [(trace, e) for e in eid[asked].tolist()]
-    wanted_row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    return Leaves(dur=calls.dur, count=calls.count, gpu=gpu, wanted_row=wanted_row, wanted_key=keys)
+def add_gpu(source: Source, calls: Calls, trace: str, call_pid: Callable[[str], str]) -> None:
+    """The GPU time each call launched (or is the first node of), to its parent; the calls whose
+    region is asked for (those that copies start from, and synchronising calls)."""
+    node = "coalesce(launch_node, op_node)"
+    rows = f"SELECT {node} AS node, d, copy FROM tree_gpu WHERE {call_pid(node)} IS NOT NULL"
+    negative = False
+    for batch in source.batches(rows):
+        eid, d = (np.asarray(batch.column(i).to_numpy(), np.int64) for i in range(2))
+        parent = calls.parents(eid)
+        negative = negative or bool((d < 0).any())
+        up = parent >= 0
+        calls.gpu += np.bincount(parent[up], weights=d[up], minlength=len(calls.gpu)).astype(np.int64)
+        calls.ask(trace, parent, eid, np.asarray(batch.column(2).to_numpy(zero_copy_only=False), bool))
+    if negative:  # a call passes its GPU time up only where its sum is positive: summed call by call
+        calls.gpu[:] = 0
+        sums = source.arrow(f"SELECT node, isum(d) AS d FROM ({rows}) GROUP BY node HAVING isum(d) > 0")
+        parent = calls.parents(np.asarray(sums["node"].to_numpy(), np.int64))
+        up = parent >= 0
+        d = np.asarray(sums["d"].to_numpy(), np.int64)
+        calls.gpu += np.bincount(parent[up], weights=d[up], minlength=len(calls.gpu)).astype(np.int64)
+    syncs = source.arrow(f"SELECT event_id FROM sync_calls WHERE NOT activity AND {call_pid('event_id')} IS NOT NULL")
+    eid = np.asarray(syncs["event_id"].to_numpy(), np.int64)
+    calls.ask(trace, calls.parents(eid), eid, np.ones(len(eid), bool))

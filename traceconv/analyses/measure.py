@@ -199,7 +199,9 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     )
     with L.launch_lookup(source, calls) as call_pid:
         _gpu_nodes(source, call_pid)
-    _per_range_sums(source)
+        _per_range_sums(source, f"{call_pid('event_id')} IS NULL")  # the calls' sums go to their parents
+        if calls is not None:
+            L.add_gpu(source, calls, traces[0], call_pid)
     _process_gpu(source)
     source.table(  # each memcpy row's first node (its launching call, else its operator)
         "copy_nodes",
@@ -290,23 +292,23 @@ def _process_gpu(source: Source) -> None:
     source.run("DROP TABLE tree_buckets")
 
 
-def _per_range_sums(source: Source) -> None:
-    """The table ``tree_gpu_sums``: per host range, the GPU time whose operator it is, whose first node
-    it is, and whether its region is asked for. A group per launching call (millions in a large
-    trace): where DuckDB cannot hold them within its memory budget, the event ids are aggregated a
-    part at a time, so that each hash table holds a part of the groups; only the last number of
-    parts may grow the budget."""
+def _per_range_sums(source: Source, kept: str) -> None:
+    """The table ``tree_gpu_sums``: per host range (the event ids ``kept`` keeps), the GPU time whose
+    operator it is, whose first node it is, and whether its region is asked for. A group per
+    launching call (millions in a large trace): where DuckDB cannot hold them within its memory
+    budget, the event ids are aggregated a part at a time, so that each hash table holds a part of
+    the groups; only the last number of parts may grow the budget."""
     for parts in PARTS:
         try:
             with source.fixed_budget(parts != PARTS[-1]):
-                _sums_in_parts(source, parts)
+                _sums_in_parts(source, parts, kept)
             return
         except ResourceError:
             if parts == PARTS[-1]:
                 raise
 
 
-def _sums_in_parts(source: Source, parts: int) -> None:
+def _sums_in_parts(source: Source, parts: int, kept: str) -> None:
     for k in range(parts):
         part = f"AND (event_id % {parts} + {parts}) % {parts} = {k}" if parts > 1 else ""
         select = (
@@ -315,7 +317,7 @@ def _sums_in_parts(source: Source, parts: int) -> None:
             "false AS wanted FROM tree_gpu WHERE op_node IS NOT NULL UNION ALL SELECT tc, "
             "coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
             "true FROM sync_calls s JOIN trace_codes c USING (trace_id) WHERE NOT s.activity) "
-            f"WHERE true {part} GROUP BY ALL"
+            f"WHERE {kept} {part} GROUP BY ALL"
         )
         if k == 0:
             source.table("tree_gpu_sums", select)
