@@ -107,3 +107,15 @@ def test_a_call_inside_a_call_takes_the_sorted_stream(monkeypatch: pytest.Monkey
     start, end = calls["start_ns"][0].as_py(), calls["end_ns"][0].as_py()
     moved = _moved(table, "cuda_api", later, start + 1, max(start + 1, end - 1))
     assert not _both(moved, monkeypatch)
+
+
+def test_a_negative_gpu_duration_is_summed_call_by_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-made: a kernel of a real export given a negative duration larger than its call's other
+    work, so that the call's sum is negative and passes nothing up (the leaves' path sums per call)."""
+    table = _buggy()
+    kernels = pc.indices_nonzero(pc.and_(pc.equal(table["kind"], "kernel"), pc.is_valid(table["launch_event_id"])))
+    row = kernels[0].as_py()
+    durations = table["dur_ns"].to_pylist()
+    durations[row] = -(10**12)
+    table = table.set_column(table.column_names.index("dur_ns"), "dur_ns", pa.array(durations, pa.int64()))
+    assert _both(table, monkeypatch)
