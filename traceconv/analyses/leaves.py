@@ -41,7 +41,6 @@ from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_
 RATIO = 4  # the calls must be at least this many times the other host ranges
 MOST_STRUCTURE = 1 << 18  # the most other host ranges held whole as one block
 BATCH = 1 << 18  # calls per batch of the stream
-CALL = 2  # tree.KIND_CODES' cuda_api
 PACKED_LIMIT = 1 << 62  # thread code * time span + time must stay below this in an int64 key
 CALL_PID = "leaf_call_pid"  # the SQL function: a call's process id by its event id (null: no call)
 NONE = "CAST(NULL AS BIGINT)"  # what stands for it where the calls are not leaves
