@@ -244,9 +244,9 @@ def _gpu_nodes(source: Source, call_pid: Callable[[str], str]) -> None:
     source.run("DROP TABLE tree_gpu_launch")
 
 
-def ranges_query(where: str = "true") -> str:
-    """The trees' stream of the host ranges ``where`` selects (a condition on ``r``, the table
-    ``tree_ranges``) in (thread, start, longest first) order, with their GPU sums."""
+def ranges_query() -> str:
+    """The trees' stream: the host ranges of ``tree_ranges`` in (thread, start, longest first)
+    order, with their GPU sums."""
     return (
         "SELECT r.tc AS trace, r.event_id, r.kind, r.label, r.kind < 2 AS is_op, "
         "r.step AND r.kind < 2 AS is_step, r.kind = 1 AND NOT r.step "
@@ -254,7 +254,7 @@ def ranges_query(where: str = "true") -> str:
         "coalesce(g.first_gpu, 0) AS first_gpu, coalesce(p.process_gpu, 0) AS process_gpu, "
         "coalesce(g.wanted, false) AS wanted FROM tree_ranges r "
         "LEFT JOIN tree_gpu_sums g USING (tc, event_id) LEFT JOIN tree_process p USING (tc, event_id) "
-        f"WHERE {where} ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
+        "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
 
 
