@@ -83,9 +83,7 @@ def parents(group: I64, start: I64, end: I64) -> I64:
         return result
     order = _order(group, start, end)
     g, s, e = group[order], start[order], end[order]
-    base = s.min()
-    s2 = (s - base) * 2
-    e2 = np.maximum((e - base) * 2, s2 + 1)
+    s2, e2 = doubled(int(s.min()), s, e)
     code = np.concatenate([[0], np.cumsum(g[1:] != g[:-1])]).astype(np.int64)
     points = Points(code, s2)  # already in this order: the points' order is the ranges'
     _, hi = points.covered(code, s2, e2, closed=False)
@@ -96,6 +94,13 @@ def parents(group: I64, start: I64, end: I64) -> I64:
     ok = parent >= 0
     result[order[ok]] = order[parent[ok]]
     return result
+
+
+def doubled(base: int, start: I64, end: I64) -> tuple[I64, I64]:
+    """Times from ``base``, doubled: a range is ``[s2, e2)`` with ``e2 >= s2 + 1``, so that a
+    zero-length range closes before the next one starts (the nesting rule of :func:`parents`)."""
+    s2 = (start - base) * 2
+    return s2, np.maximum((end - base) * 2, s2 + 1)
 
 
 def _order(group: I64, start: I64, end: I64) -> I64:

@@ -34,7 +34,7 @@ import pyarrow as pa
 from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import HOST_RANGES, Facts
+from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
 from traceconv.analyses.source import Source
 from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
 
@@ -62,12 +62,6 @@ class Structure:
     span: int  # doubled times lie in [0, span)
 
 
-def _doubled(base: int, start: I64, end: I64) -> tuple[I64, I64]:
-    """Times doubled from ``base``: a range is ``[s2, e2)``, at least one long (``intervals.parents``)."""
-    s2 = (start - base) * 2
-    return s2, np.maximum((end - base) * 2, s2 + 1)
-
-
 @dataclass
 class Calls:
     """The calls, found to be leaves: what they add up to per structure row, and each call's parent
@@ -90,11 +84,18 @@ class Calls:
 
     def parents(self, eid: I64) -> I64:
         """The parent row of each call ``eid`` names (-1: none; -2: no call)."""
+        return self._by_id(self.parent_of, eid, -2)
+
+    def pid_codes(self, eid: I64) -> I64:
+        """The place in ``pids`` of each call's process (-1: no call)."""
+        return self._by_id(self.pid_of, eid, -1)
+
+    def _by_id(self, values: np.ndarray, eid: I64, missing: int) -> I64:
         slot = eid - self.first_id
-        found = (slot >= 0) & (slot < len(self.parent_of))
-        parent = np.full(len(eid), -2, np.int64)
-        parent[found] = self.parent_of[slot[found]]
-        return parent
+        found = (slot >= 0) & (slot < len(values))
+        got = np.full(len(eid), missing, np.int64)
+        got[found] = values[slot[found]]
+        return got
 
     def ask(self, trace: str, parent: I64, eid: I64, asked: npt.NDArray[np.bool_]) -> None:
         """The regions of the calls ``asked`` for: their parents'."""
@@ -137,10 +138,7 @@ def launch_lookup(source: Source, calls: Calls | None) -> Iterator[Callable[[str
 
     def pid(ids: pa.Array) -> pa.Array:
         eid = np.asarray(ids.fill_null(calls.first_id - 1).to_numpy(zero_copy_only=False), np.int64)
-        slot = eid - calls.first_id
-        code = np.full(len(eid), -1, np.int64)
-        ok = (slot >= 0) & (slot < len(calls.pid_of))
-        code[ok] = calls.pid_of[slot[ok]]
+        code = calls.pid_codes(eid)
         return pa.array(pids[np.maximum(code, 0)] if len(pids) else np.zeros(len(eid), np.int64), mask=code < 0)
 
     nulls = FunctionNullHandling.SPECIAL  # it gives null for an id that names no call
@@ -191,18 +189,11 @@ def _plan(source: Source, traces: list[str]) -> tuple[int, int, int, int] | None
     return int(first_id), int(last_id), int(base), int(top)
 
 
-def _thread(r: str = "") -> str:
-    """The thread hash of ``measure.tree_stream``'s ``tree_ranges`` (``r``: HOST_RANGES' columns)."""
-    if r:
-        return f"CAST(hash({r}.trace_id, {r}.pid, {r}.tid) >> 1 AS BIGINT)"
-    return "CAST(hash(coalesce(trace_id, ''), coalesce(pid, -1), coalesce(tid, -1)) >> 1 AS BIGINT)"
-
-
 def _structure_query(last_end: int) -> str:
     """The structure in the order of the trees' stream (``measure.ranges_query``)."""
     return (
-        f"SELECT {_thread('r')} AS thread, r.event_id, r.start_ns, coalesce(r.end_ns, {last_end}) AS end_ns "
-        f"FROM ({HOST_RANGES}) r WHERE r.kind <> 'cuda_api' ORDER BY thread, r.start_ns, end_ns DESC, r.event_id"
+        f"SELECT {HOST_THREAD} AS thread, event_id, start_ns, coalesce(end_ns, {last_end}) AS end_ns "
+        f"FROM ({HOST_RANGES}) WHERE kind <> 'cuda_api' ORDER BY thread, start_ns, end_ns DESC, event_id"
     )
 
 
@@ -215,16 +206,15 @@ def _structure(table: pa.Table, base: int, top: int) -> Structure | None:
     span = 2 * (top - base) + 2
     if len(threads) * span >= PACKED_LIMIT:
         return None
-    s2, e2 = _doubled(base, start, end)
+    s2, e2 = I.doubled(base, start, end)
     return Structure(eid, group, end, threads, group * span + s2, e2, I.parents(group, start, end), base, span)
 
 
 def _calls(last_end: int) -> str:
     """The calls in the file's order."""
     return (
-        f"SELECT {_thread()} AS thread, event_id, start_ns, coalesce(end_ns, {last_end}) AS end_ns, "
-        "coalesce(dur_ns, 0) AS dur_ns, coalesce(pid, -1) AS pid "
-        "FROM events WHERE kind = 'cuda_api' AND start_ns IS NOT NULL"
+        f"SELECT {HOST_THREAD} AS thread, event_id, start_ns, coalesce(end_ns, {last_end}) AS end_ns, "
+        f"coalesce(dur_ns, 0) AS dur_ns, pid FROM ({HOST_RANGES}) WHERE kind = 'cuda_api'"
     )
 
 
@@ -232,7 +222,7 @@ def _add_calls(calls: Calls, batch: pa.RecordBatch) -> bool:
     """A batch of calls to their parents; False where a call is not a leaf."""
     thread, eid, start, end, dur, pid = (np.asarray(batch.column(i).to_numpy(), np.int64) for i in range(6))
     st = calls.structure
-    s2, e2 = _doubled(st.base, start, end)
+    s2, e2 = I.doubled(st.base, start, end)
     if not _one_after_another(calls, thread, s2, e2):
         return False
     code = np.searchsorted(st.threads, thread)

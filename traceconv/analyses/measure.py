@@ -23,7 +23,7 @@ from traceconv.analyses import intervals as I
 from traceconv.analyses import leaves as L
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.idle import verdict
-from traceconv.analyses.prepare import HOST_RANGES, Facts
+from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, LaunchFacts, Syncs
 from traceconv.analyses.source import Source
 from traceconv.analyses.thresholds import Thresholds
@@ -193,7 +193,7 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
         f"SELECT c.tc, r.event_id, CAST(CASE r.kind {kinds} END AS TINYINT) AS kind, "
         "CAST(coalesce(l.id, -1) AS INTEGER) AS label, coalesce(l.is_step, false) AS step, r.start_ns, "
         f"coalesce(r.end_ns, {facts.last_end}) AS end_ns, r.dur_ns, "
-        "CAST(hash(r.trace_id, r.pid, r.tid) >> 1 AS BIGINT) AS thread, r.pid "
+        f"{HOST_THREAD} AS thread, r.pid "
         f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name"
         + (" WHERE r.kind <> 'cuda_api'" if calls is not None else ""),
     )

@@ -42,6 +42,8 @@ HOST_RANGES = (
     "coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, op_name, correlation_id FROM events "
     "WHERE kind IN ('cpu_op', 'nvtx', 'cuda_api') AND start_ns IS NOT NULL AND (device IS NULL OR kind <> 'nvtx')"
 )
+# A host range's thread (trace, process, thread) as one integer, over HOST_RANGES' columns.
+HOST_THREAD = "CAST(hash(trace_id, pid, tid) >> 1 AS BIGINT)"
 
 
 @dataclass(frozen=True)

@@ -266,22 +266,21 @@ def _regions(b: Block, parent: I64, trees: Trees, leaves: Leaves | None = None) 
     """The innermost annotation or NVTX range (not a step) around each wanted range, itself included;
     a wanted call of ``leaves`` (never a region itself) gets its parent row's."""
     own = np.flatnonzero(b.wanted)
-    keys = [
-        (trees.traces[int(t)], int(e)) for t, e in zip(b.trace[own].tolist(), b.event_id[own].tolist(), strict=True)
-    ]
-    wanted = own
-    if leaves is not None and len(leaves.wanted_row):
-        wanted = np.concatenate([own, leaves.wanted_row])
-        keys += leaves.wanted_key
+    wanted = own if leaves is None else np.concatenate([own, leaves.wanted_row])
     if not len(wanted):
         return
     found = np.full(len(wanted), -1, dtype=np.int64)
     for rows, node in I.ancestors(parent, wanted):
         hit = (found[rows] < 0) & b.is_region[node]
         found[rows[hit]] = node[hit]
-    for key, node in zip(keys, found.tolist(), strict=True):
-        if node >= 0 and b.label[node] >= 0:
-            trees.regions[key] = trees.labels[int(b.label[node])]
+    calls = leaves.wanted_key if leaves is not None else []
+    for i in np.flatnonzero(found >= 0).tolist():
+        label = int(b.label[found[i]])
+        if label < 0:
+            continue
+        row = int(own[i]) if i < len(own) else -1
+        key = (trees.traces[int(b.trace[row])], int(b.event_id[row])) if row >= 0 else calls[i - len(own)]
+        trees.regions[key] = trees.labels[label]
 
 
 def _first_kinds(b: Block, op: Bools, trees: Trees) -> None:
