@@ -36,14 +36,14 @@ def _summary(data: pa.Table, monkeypatch: pytest.MonkeyPatch, leaves: bool) -> t
     monkeypatch.setattr(L, "RATIO", 0 if leaves else 10**18)
     monkeypatch.setattr(L, "MOST_STRUCTURE", 10**9)
     used: list[bool] = []
-    walk = L.walk
+    scan = L.scan
 
     def recorded(*args: Any) -> Any:
-        trees = walk(*args)
-        used.append(trees is not None)
-        return trees
+        calls = scan(*args)
+        used.append(calls is not None)
+        return calls
 
-    monkeypatch.setattr(L, "walk", recorded)
+    monkeypatch.setattr(L, "scan", recorded)
     with Source(data) as source:
         text = json.dumps(SM.as_dict(SM.summarize(source)), sort_keys=True, default=str)
     return text, any(used)
