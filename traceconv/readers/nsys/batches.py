@@ -6,8 +6,9 @@ order (every export of the corpus): its batches are checked as they are converte
 (:class:`KeyOrder`), and a table found out of order is read again, through SQLite's
 ``ORDER BY`` (which sorts on disk), by a conversion started afresh (:class:`Unordered`). Rowid
 ranges are read by :data:`WORKERS` threads at once, each with its own SQLite connection (ADBC
-and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the one being converted;
-the batches are handed over in order.
+and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the one being linked;
+each thread also prepares the batches it reads (the conversion, the key's order, what needs no
+other batch) and the prepared batches are handed over in order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +30,7 @@ from traceconv.readers.nsys.sql import Database, affinity
 BATCH_ROWS = 1 << 15  # rows per batch: bounds the memory of a table in flight
 WORKERS = 2  # threads reading at once
 AHEAD = 2  # batches read ahead of the one being converted
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,36 @@ class Unordered(Exception):
         self.table = table
 
 
+@dataclass(frozen=True)
+class Run:
+    """What :class:`KeyOrder` needs of one batch's key column (made where the batch is read)."""
+
+    rows: int
+    ordered: bool  # the key is there, its nulls come first and its values do not go down
+    leading_null: bool  # the first row has no value
+    first: int | None = None  # the first and last values (None: no row has one)
+    last: int | None = None
+
+    @classmethod
+    def of(cls, batch: pa.Table, key: str) -> Run:
+        if batch.num_rows == 0:
+            return cls(0, True, False)
+        if key not in batch.column_names:
+            return cls(batch.num_rows, False, False)
+        col = batch[key]
+        values = to_numpy(col)
+        leading_null = False
+        if col.null_count:
+            valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+            if bool((valid[:-1] & ~valid[1:]).any()):  # a null after a value
+                return cls(batch.num_rows, False, False)
+            leading_null, values = not bool(valid[0]), values[valid]
+        if len(values) == 0:
+            return cls(batch.num_rows, True, leading_null)
+        ordered = not bool((values[1:] < values[:-1]).any())
+        return cls(batch.num_rows, ordered, leading_null, int(values[0]), int(values[-1]))
+
+
 class KeyOrder:
     """Whether the batches of a table, one after another, keep the order that ``ORDER BY key,
     rowid`` gives (nulls first): then reading by rowid ranges reads them in that order."""
@@ -84,51 +117,50 @@ class KeyOrder:
         self._last = np.iinfo(np.int64).min
 
     def holds(self, batch: pa.Table) -> bool:
-        if batch.num_rows == 0:
+        return self.follows(Run.of(batch, self.key))
+
+    def follows(self, run: Run) -> bool:
+        """Whether the batch ``run`` sums up keeps the order after the batches before it."""
+        if run.rows == 0:
             return True
-        if self.key not in batch.column_names:
+        if not run.ordered or (self._valid_seen and run.leading_null):
             return False
-        col = batch[self.key]
-        values = to_numpy(col)
-        if col.null_count:
-            valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
-            nulls_first = not bool((valid[:-1] & ~valid[1:]).any())  # no null after a value
-            if not nulls_first or (self._valid_seen and not valid[0]):
-                return False
-            values = values[valid]
-        if len(values) == 0:
+        if run.first is None or run.last is None:
             return True
-        if (self._valid_seen and values[0] < self._last) or bool((values[1:] < values[:-1]).any()):
+        if self._valid_seen and run.first < self._last:
             return False
-        self._valid_seen, self._last = True, int(values[-1])
+        self._valid_seen, self._last = True, run.last
         return True
 
 
-class Reads:
-    """The batches of every plan, in order; rowid ranges and whole tables are read ahead in threads."""
+class Reads(Generic[T]):
+    """The batches of every plan, in order, each handed to its plan's ``prepare`` where it is read:
+    rowid ranges and whole tables are read and prepared ahead in threads (the work of a batch that
+    needs no other batch leaves the thread that puts them in order)."""
 
-    def __init__(self, db: Database, plans: list[Plan]) -> None:
+    def __init__(self, db: Database, plans: list[Plan], prepare: list[Callable[[pa.Table], T]]) -> None:
         self._db = db
-        self._jobs: deque[tuple[int, Callable[[], pa.Table]]] = deque()
-        for i, p in enumerate(plans):
+        self._jobs: deque[tuple[int, Callable[[], T]]] = deque()
+        for i, (p, ready) in enumerate(zip(plans, prepare, strict=True)):
             if p.whole:
-                self._jobs.append((i, partial(db.read, p.table, p.columns)))
+                self._jobs.append((i, partial(_prepared, ready, db.read, p.table, p.columns)))
             for rows in p.ranges or []:
-                self._jobs.append((i, partial(db.read, p.table, p.columns, rows)))
-        self._plans = plans
+                self._jobs.append((i, partial(_prepared, ready, db.read, p.table, p.columns, rows)))
+        self._plans, self._prepare = plans, prepare
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="traceconv-sqlite")
-        self._pending: deque[tuple[int, Future[pa.Table]]] = deque()
+        self._pending: deque[tuple[int, Future[T]]] = deque()
 
     def _fill(self) -> None:
         while self._jobs and len(self._pending) < AHEAD:
             i, job = self._jobs.popleft()
             self._pending.append((i, self._pool.submit(job)))
 
-    def batches(self, index: int) -> Iterator[pa.Table]:
-        """The batches of plan ``index``; plans are taken in order."""
+    def batches(self, index: int) -> Iterator[T]:
+        """The prepared batches of plan ``index``; plans are taken in order."""
         p = self._plans[index]
         if p.key is not None:
-            yield from self._db.read_sorted(p.table, p.columns, p.key, BATCH_ROWS)
+            for batch in self._db.read_sorted(p.table, p.columns, p.key, BATCH_ROWS):
+                yield self._prepare[index](batch)
             return
         self._fill()
         while self._pending and self._pending[0][0] == index:
@@ -140,3 +172,7 @@ class Reads:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _prepared(prepare: Callable[[pa.Table], T], read: Callable[..., pa.Table], *args: Any) -> T:
+    return prepare(read(*args))

@@ -62,6 +62,9 @@ class Source:
     columns: Callable[[Database], list[str]]
     convert: Callable[[pa.Table, Context], Part]
     keys: tuple[str, ...] = ("start",)  # the row order: the first of these columns the table has ("rowid": as stored)
+    # The conversion of a batch needs the batches before it (running sums): done in order, in the
+    # thread that links the rows; the others are converted by the threads that read them.
+    ordered: bool = False
 
 
 def _numbers(table: str, names: frozenset[str]) -> Callable[[Database], list[str]]:
@@ -84,7 +87,7 @@ SOURCES = (
     ),
     # A few dozen messages, some of whose times are dropped (host clock): read whole.
     Source(DIAGNOSTIC, diagnostic_columns, lambda t, c: diagnostics(t, c.db, c.enums), ()),
-    Source(MEMORY, memory_columns, lambda t, c: memory(t, c.enums, c.totals)),
+    Source(MEMORY, memory_columns, lambda t, c: memory(t, c.enums, c.totals), ordered=True),
     Source(
         METRICS,
         lambda db: ["timestamp", "typeId", "metricId", "value"],

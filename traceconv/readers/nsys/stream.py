@@ -4,13 +4,20 @@ NVTX ranges are kept (thread, start, end, event id, name code) for the op links 
 calls that follow; each batch of API calls goes to the :class:`~.launches.LaunchIndex` on disk
 with what its GPU work takes from it (times, thread, name, NVTX range); each batch of GPU rows
 looks its calls up there. Memory holds a few batches, the NVTX ranges and the index's keys.
+
+The threads that read the batches also convert them, name their processes and threads, and,
+once the NVTX table (for API calls) or the API calls (for GPU rows) are linked whole, look up
+their ranges and calls; the thread that yields the tables keeps only what needs the batches
+before it: the ranges and calls as they are added, event ids, notes' counts.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -21,8 +28,8 @@ from traceconv.errors import InputError
 from traceconv.process import return_freed_memory
 from traceconv.readers.arrow_util import I64, identity
 from traceconv.readers.base import Progress, TraceInfo
-from traceconv.readers.nsys.batches import KeyOrder, Plan, Reads, Unordered, plan
-from traceconv.readers.nsys.launches import LaunchIndex, nothing
+from traceconv.readers.nsys.batches import KeyOrder, Plan, Reads, Run, Unordered, plan
+from traceconv.readers.nsys.launches import Calls, LaunchIndex, nothing
 from traceconv.readers.nsys.links import Ranges, Vocabulary, launch_columns
 from traceconv.readers.nsys.meta import Names
 from traceconv.readers.nsys.nvtx import NVTX
@@ -38,6 +45,27 @@ CONTRADICTED = (
     "their call (e.g. cudaStreamSynchronize coded as stream wait event): sync_type "
     "follows the call; the code is in args"
 )
+
+
+@dataclass
+class _Part:
+    """A converted batch with its process and thread names."""
+
+    part: Part
+    process_name: Col
+    thread_name: Col
+    op: tuple[I64, I64] | None = None  # API calls: (event id, name code) of their NVTX range
+    calls: Calls | None = None  # GPU rows: the fields of their launching calls
+
+
+@dataclass
+class _Prepared:
+    """A batch as its reading thread leaves it: converted and named, or as read (``batch``: a
+    source whose conversion needs the batches before it); ``run``: its key's order, when checked."""
+
+    run: Run | None
+    named: _Part | None = None
+    batch: pa.Table | None = None
 
 
 @dataclass
@@ -75,6 +103,9 @@ class Stream:
         self._gpids: set[int] = set()
         self._api_rows = 0
         self._first_api_id = 0
+        # Set once a table is linked whole: the reading threads look up in what it leaves (the
+        # NVTX ranges around calls, the calls that launched GPU work) only after that.
+        self._linked = {NVTX: threading.Event(), RUNTIME: threading.Event()}
 
     def tables(self, sources: list[Source]) -> Iterator[pa.Table]:
         db = self.ctx.db
@@ -85,10 +116,11 @@ class Stream:
             if s.table in GPU_TABLES and RUNTIME in db.tables:
                 self._by_process[s.table] = _has_processes(db, s.table)
         self.calls = {by: LaunchIndex(by) for by in set(self._by_process.values())}
-        reads = Reads(db, plans)
+        reads = Reads(db, plans, [partial(self._prepare, s, p) for s, p in zip(sources, plans, strict=True)])
         total, done = sum(p.rows for p in plans), 0
         try:
             for i, (source, p) in enumerate(zip(sources, plans, strict=True)):
+                self._release({s.table for s in sources[i:]})
                 for table in self._table(source, p, reads.batches(i), firsts[i]):
                     done += table.num_rows
                     yield table
@@ -96,26 +128,57 @@ class Stream:
                         size = os.path.getsize(db.path)
                         self._progress(size * done // max(total, 1), size)
         finally:
+            self._release(set())  # no reading thread waits any longer (a table that failed stops them)
             reads.close()
             for index in self.calls.values():
                 index.close()
 
-    def _table(self, source: Source, p: Plan, batches: Iterator[pa.Table], first_id: int) -> Iterator[pa.Table]:
+    def _prepare(self, source: Source, p: Plan, batch: pa.Table) -> _Prepared:
+        """What a batch of ``source`` becomes before its links, where it is read (a reading thread):
+        its key's order, its conversion (unless it needs the batches before it) and its names."""
+        run = Run.of(batch, p.check) if p.check is not None else None
+        if source.ordered:
+            return _Prepared(run, batch=batch)
+        return _Prepared(run, self._named(source.convert(batch, self.ctx), p))
+
+    def _named(self, part: Part, p: Plan) -> _Part:
+        """The part with its names and what it looks up in the tables linked before it."""
+        if p.whole:
+            part = _sorted(part)
+        named = _Part(part, self.names.processes(part.gpid), self.names.threads(part.gtid))
+        if part.table in (RUNTIME, OSRT):
+            self._linked[NVTX].wait()
+            named.op = self.ranges.find(part.gtid, part.start)
+        elif part.table in self._by_process:
+            self._linked[RUNTIME].wait()
+            index = self.calls[self._by_process[part.table]]
+            named.calls = index.find(index.keys(part.corr, part.gpid)) if self._api_rows else nothing(part.n)
+        return named
+
+    def _release(self, to_come: set[str]) -> None:
+        """Let the reading threads look up in the linked tables that are not ``to_come``."""
+        len(self.ranges)  # its arrays joined here, not by two threads at once
+        for table, linked in self._linked.items():
+            if table not in to_come:
+                linked.set()
+
+    def _table(self, source: Source, p: Plan, batches: Iterator[_Prepared], first_id: int) -> Iterator[pa.Table]:
         done = _Table()
         self.info.counters[f"rows_{p.table}"] = p.rows
         order = KeyOrder(p.check) if p.check is not None else None
-        for batch in batches:
-            if order is not None and not order.holds(batch):
+        for prepared in batches:
+            if order is not None and prepared.run is not None and not order.follows(prepared.run):
                 raise Unordered(p.table)
-            part = source.convert(batch, self.ctx)
-            del batch
-            if p.whole:
-                part = _sorted(part)
+            named = prepared.named
+            if named is None:
+                assert prepared.batch is not None
+                named = self._named(source.convert(prepared.batch, self.ctx), p)
+            del prepared
+            part = named.part
             for note, count in part.tallies.items():
                 done.tallies[note] = done.tallies.get(note, 0) + count
-            cols = self._links(part, first_id + done.rows, done)
-            cols["process_name"] = self.names.processes(part.gpid)
-            cols["thread_name"] = self.names.threads(part.gtid)
+            cols = self._links(named, first_id + done.rows, done)
+            cols["process_name"], cols["thread_name"] = named.process_name, named.thread_name
             yield self._unified(part, cols, first_id + done.rows)
             done.rows += part.n
         return_freed_memory()  # a table's batches lie between live data: only a trim gives them back
@@ -126,17 +189,18 @@ class Stream:
         if done.contradicted:
             self.info.notes.append(CONTRADICTED.format(done.contradicted))
 
-    def _links(self, part: Part, first_id: int, done: _Table) -> dict[str, Col]:
+    def _links(self, named: _Part, first_id: int, done: _Table) -> dict[str, Col]:
+        part = named.part
         cols = dict(part.cols)
         if part.table == NVTX:
             self.ranges.add(part, first_id, self.nvtx_names.codes(part.cols["name"]))
-        elif part.table in (RUNTIME, OSRT):
-            eid, name = self.ranges.find(part.gtid, part.start)
+        elif named.op is not None:
+            eid, name = named.op
             cols.update(self.ranges.columns(eid, name))
             if part.table == RUNTIME:
                 self._add_calls(part, eid, name)
         elif part.table in GPU_TABLES:
-            cols.update(self._launches(part, done))
+            cols.update(self._launches(part, named.calls, done))
         if part.table == SYNC:
             cols["sync_type"], cols["name"], contradicted = sync_types(cols["sync_type"], cols.get("launch_name"))
             done.contradicted += contradicted
@@ -159,7 +223,7 @@ class Stream:
             index.add(calls)
         self._api_rows += part.n
 
-    def _launches(self, part: Part, done: _Table) -> dict[str, Col]:
+    def _launches(self, part: Part, calls: Calls | None, done: _Table) -> dict[str, Col]:
         if part.table not in self._by_process:  # no CUDA API table: nothing to link to
             if part.table in GPU_ROWS:
                 self._count("gpu_rows_without_launch", part.n)
@@ -175,7 +239,7 @@ class Stream:
                 f"{index.duplicates:,} CUDA API calls repeat a correlation id of their process; "
                 "GPU work was linked to the first of them"
             )
-        calls = index.find(index.keys(part.corr, part.gpid)) if self._api_rows else nothing(part.n)
+        assert calls is not None  # looked up with the part (_named)
         if part.table in GPU_ROWS:
             self._count("gpu_rows_without_launch", int((calls["pos"] < 0).sum()))
         if self._api_rows:
