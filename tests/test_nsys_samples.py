@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import traceconv
+import traceconv.readers.nsys.sources
 import traceconv.readers.nsys.sql
 import traceconv.readers.nsys.stream
 from traceconv import schema as S
@@ -305,3 +306,31 @@ def test_key_order_of_batches_is_order_by_with_nulls_first() -> None:
     assert not holds([1], [None, 2])
     assert not holds([-(2**63)], [None])  # the smallest int64 is still after null
     assert not KeyOrder("start").holds(pa.table({"end": [1]}))  # no key: not known to be in order
+
+
+def test_a_wide_table_is_read_in_fewer_rows_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch holds at most BATCH_VALUES values (rows x columns read): the kernels (26 columns in
+    this export) come in smaller batches than the API calls, and the result is the whole read's."""
+    from traceconv.readers.nsys import batches
+
+    whole = traceconv.read(FIXED)  # every table within one batch
+    monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
+    monkeypatch.setattr(batches, "BATCH_VALUES", 1000 * 10)
+    monkeypatch.setattr(batches, "MIN_BATCH_ROWS", 100)
+    db = traceconv.readers.nsys.sql.Database(FIXED)
+    try:
+        sources = {s.table: s for s in traceconv.readers.nsys.sources.SOURCES}
+        wide = batches.plan(db, KERNEL, sources[KERNEL].columns(db), ("start",))
+        narrow = batches.plan(db, RUNTIME, sources[RUNTIME].columns(db), ("start",))
+    finally:
+        db.close()
+    assert len(wide.columns) > 10 >= len(narrow.columns)
+    assert wide.ranges and narrow.ranges
+    assert {b - a for a, b in wide.ranges[:-1]} == {10_000 // len(wide.columns)}
+    assert {b - a for a, b in narrow.ranges[:-1]} == {1000}
+    assert batches.batch_rows(1000) == 100  # never fewer than MIN_BATCH_ROWS
+    streamed = traceconv.read(FIXED)
+    assert _values(streamed).equals(_values(whole))
+    out = tmp_path / "fixed.parquet"
+    traceconv.convert(FIXED, out)
+    assert _values(pq.read_table(out)).equals(_values(whole))

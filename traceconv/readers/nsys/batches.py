@@ -1,8 +1,8 @@
 """How an export's tables are read: in bounded batches of rows, in their event order, ahead of use.
 
 A table of at most :data:`BATCH_ROWS` rows is read whole and put in order in memory. A larger
-one is read :data:`BATCH_ROWS` rows at a time by rowid ranges, its rows taken to be stored in
-order (every export of the corpus): its batches are checked as they are converted
+one is read :data:`BATCH_ROWS` rows at a time (fewer for a wide table: :func:`batch_rows`) by
+rowid ranges, its rows taken to be stored in order (every export of the corpus): its batches are checked as they are converted
 (:class:`KeyOrder`), and a table found out of order is read again, through SQLite's
 ``ORDER BY`` (which sorts on disk), by a conversion started afresh (:class:`Unordered`). Rowid
 ranges are read by :data:`WORKERS` threads at once, each with its own SQLite connection (ADBC
@@ -28,6 +28,8 @@ from traceconv.readers.arrow_util import to_numpy
 from traceconv.readers.nsys.sql import Database, affinity
 
 BATCH_ROWS = 1 << 15  # rows per batch: bounds the memory of a table in flight
+BATCH_VALUES = 1 << 19  # most values (rows x columns read) per batch of a wide table
+MIN_BATCH_ROWS = 1 << 13
 WORKERS = 2  # threads reading at once
 AHEAD = 2  # batches read ahead of the one being converted
 T = TypeVar("T")
@@ -61,12 +63,19 @@ def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...], so
     rows = db.count(table)
     if key is None or hi - lo + 1 <= BATCH_ROWS:
         return Plan(table, columns, rows)
-    ranges = [(a, min(a + BATCH_ROWS, hi + 1)) for a in range(lo, hi + 1, BATCH_ROWS)]
+    step = batch_rows(len(columns))
+    ranges = [(a, min(a + step, hi + 1)) for a in range(lo, hi + 1, step)]
     if key == "rowid":
         return Plan(table, columns, rows, ranges)
     if not sort and key in columns and affinity(have[key]) == pa.int64():
         return Plan(table, columns, rows, ranges, check=key)
     return Plan(table, columns, rows, key=f"[{key}]")
+
+
+def batch_rows(columns: int) -> int:
+    """Rows per batch of a table read by rowid ranges: :data:`BATCH_ROWS`, fewer for a wide table
+    (at most :data:`BATCH_VALUES` values: a batch and what it becomes are held several at once)."""
+    return max(min(BATCH_ROWS, BATCH_VALUES // max(columns, 1)), min(BATCH_ROWS, MIN_BATCH_ROWS))
 
 
 class Unordered(Exception):
@@ -159,7 +168,7 @@ class Reads(Generic[T]):
         """The prepared batches of plan ``index``; plans are taken in order."""
         p = self._plans[index]
         if p.key is not None:
-            for batch in self._db.read_sorted(p.table, p.columns, p.key, BATCH_ROWS):
+            for batch in self._db.read_sorted(p.table, p.columns, p.key, batch_rows(len(p.columns))):
                 yield self._prepare[index](batch)
             return
         self._fill()
