@@ -334,3 +334,47 @@ def test_a_wide_table_is_read_in_fewer_rows_a_batch(tmp_path: Path, monkeypatch:
     out = tmp_path / "fixed.parquet"
     traceconv.convert(FIXED, out)
     assert _values(pq.read_table(out)).equals(_values(whole))
+
+
+def test_a_table_that_fails_leaves_no_reading_thread_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reading threads look up the calls of GPU rows only once the API calls are linked whole;
+    when linking the calls fails half-way, the conversion stops with its error (no thread left
+    waiting for the calls, no output written)."""
+    import threading
+
+    from traceconv.errors import InputError
+    from traceconv.readers.nsys import batches, stream
+
+    monkeypatch.setattr(batches, "BATCH_ROWS", 500)  # the calls in 12 batches, the kernels in 4
+    db = traceconv.readers.nsys.sql.Database(FIXED)
+    try:
+        calls = batches.plan(db, RUNTIME, ["start"], ("start",)).ranges or []
+    finally:
+        db.close()
+    assert len(calls) > 2
+    links, seen = stream.Stream._links, []
+
+    def failing(self: stream.Stream, named: Any, first_id: int, done: Any) -> Any:
+        seen.append(named.part.table)
+        if seen.count(RUNTIME) == len(calls):  # the last batch of calls: the kernels' batches wait for it
+            raise InputError(FIXED, "a hand-made failure while linking the calls", "none")
+        return links(self, named, first_id, done)
+
+    monkeypatch.setattr(stream.Stream, "_links", failing)
+    out = tmp_path / "fixed.parquet"
+    got: list[BaseException] = []
+
+    def convert() -> None:
+        try:
+            traceconv.convert(FIXED, out)
+        except BaseException as exc:
+            got.append(exc)
+
+    runner = threading.Thread(target=convert, daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the conversion hangs: a reading thread waits for the calls"
+    assert len(got) == 1 and "hand-made failure" in str(got[0])
+    assert KERNEL not in seen  # the failure came before the kernels were linked
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert not [t for t in threading.enumerate() if t.name.startswith("traceconv-sqlite")]
