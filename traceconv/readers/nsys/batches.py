@@ -3,8 +3,9 @@
 A table of at most :data:`BATCH_ROWS` rows is read whole and put in order in memory. A larger
 one is read :data:`BATCH_ROWS` rows at a time (fewer for a wide table: :func:`batch_rows`) by
 rowid ranges, its rows taken to be stored in order (every export of the corpus): its batches are
-checked as they are converted (:class:`KeyOrder`), and a table found out of order is read again, through SQLite's
-``ORDER BY`` (which sorts on disk), by a conversion started afresh (:class:`Unordered`). Rowid
+checked as they are converted (:class:`KeyOrder`), and a table found out of order is read again,
+through SQLite's ``ORDER BY`` (which sorts on disk), by a conversion started afresh
+(:class:`Unordered`). Rowid
 ranges are read by :data:`WORKERS` threads at once, each with its own SQLite connection (ADBC
 and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the one being linked;
 each thread also prepares the batches it reads (the conversion, the key's order, what needs no
@@ -31,7 +32,7 @@ BATCH_ROWS = 1 << 15  # rows per batch: bounds the memory of a table in flight
 BATCH_VALUES = 1 << 19  # most values (rows x columns read) per batch of a wide table
 MIN_BATCH_ROWS = 1 << 13
 WORKERS = 2  # threads reading at once
-AHEAD = 2  # batches read ahead of the one being converted
+AHEAD = 2  # batches read (and prepared) ahead of the one being linked
 T = TypeVar("T")
 
 
