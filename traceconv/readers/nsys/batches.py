@@ -5,11 +5,10 @@ one is read :data:`BATCH_ROWS` rows at a time (fewer for a wide table: :func:`ba
 rowid ranges, its rows taken to be stored in order (every export of the corpus): its batches are
 checked as they are converted (:class:`KeyOrder`), and a table found out of order is read again,
 through SQLite's ``ORDER BY`` (which sorts on disk), by a conversion started afresh
-(:class:`Unordered`). Rowid
-ranges are read by :data:`WORKERS` threads at once, each with its own SQLite connection (ADBC
-and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the one being linked;
-each thread also prepares the batches it reads (the conversion, the key's order, what needs no
-other batch) and the prepared batches are handed over in order.
+(:class:`Unordered`). Rowid ranges are read by :data:`WORKERS` threads at once, each with its own
+SQLite connection (ADBC and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the
+one being linked; each thread also prepares the batches it reads (the conversion, the key's order,
+what needs no other batch) and the prepared batches are handed over in order.
 """
 
 from __future__ import annotations
