@@ -35,11 +35,13 @@ needs_adbc = pytest.mark.skipif(nsys_sql.adbc is None, reason="adbc-driver-sqlit
 @pytest.fixture
 def csv_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsys_sql, "adbc", None)
+    monkeypatch.setattr(nsys_sql, "PAGES", False)
 
 
 def _read_csv_only(path: Path) -> pa.Table:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(nsys_sql, "adbc", None)
+        mp.setattr(nsys_sql, "PAGES", False)
         return traceconv.read(path)
 
 

@@ -1,7 +1,9 @@
 """Read-only access to an Nsight Systems SQLite export: tables, columns by name, fast bulk reads.
 
 Columns move between Nsight Systems versions, so every read names its columns and keeps only
-those the table has. Bulk reads go straight from SQLite to Arrow in C through ADBC
+those the table has. Integer columns are read from the file's pages in numpy (:mod:`pages`),
+batch by batch where its rows are ones that module reads exactly. Other bulk reads go straight
+from SQLite to Arrow in C through ADBC
 (``adbc-driver-sqlite``, a dependency). Without it, or where ADBC types a column otherwise
 than the column declares (SQLite types each value, ADBC infers one type per column), SQLite
 formats each chunk of rows as CSV text in C and Arrow's CSV reader parses it: about 2x slower
@@ -15,6 +17,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -24,6 +27,7 @@ import pyarrow.csv as pacsv
 
 from traceconv.errors import InputError
 from traceconv.readers.arrow_util import utf8
+from traceconv.readers.nsys.pages import Leaves, NotReadable, Pages
 
 try:
     import adbc_driver_manager as adbc
@@ -32,6 +36,7 @@ except ImportError:  # the CSV path reads every export too
     adbc = None  # type: ignore[assignment]
 
 CHUNK_ROWS = 1 << 18  # rows per SQL round trip: bounds the size of one CSV text
+PAGES = True  # read integer columns from the file's pages where they can be (tests compare both ways)
 DIRECT_BATCH_ROWS = 1 << 22  # most rows per ADBC batch (default 1,024): a column in few pieces, not hundreds
 REEXPORT = "the export may be damaged; export the report again with `nsys export --type sqlite --force-overwrite true`"
 
@@ -48,6 +53,10 @@ class Database:
         self._local = threading.local()
         self._opened: list[Any] = []  # sqlite3 and ADBC connections, closed together
         self._lock = threading.Lock()
+        self.use_pages = PAGES
+        self.paged = 0  # reads answered from the pages (the others went through SQL)
+        self._pages: Pages | None = None
+        self._layouts: dict[str, _Layout | None] = {}
         try:
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as exc:
@@ -85,6 +94,10 @@ class Database:
             for conn in self._opened:
                 conn.close()
             self._opened = []
+            if self._pages is not None:
+                self._pages.close()
+                self._pages = None
+            self.use_pages = False
 
     @contextmanager
     def guard(self, table: str) -> Iterator[None]:
@@ -138,6 +151,10 @@ class Database:
             where = f"rowid >= {rows[0]} AND rowid < {rows[1]}"
             span = (max(span[0], rows[0]), min(span[1], rows[1] - 1))
         with self.guard(table):
+            if not where or rows is not None:
+                paged = self._from_pages(table, names, types, span)
+                if paged is not None:
+                    return paged
             direct = self._direct(table, names, types, where, span)
             if direct is not None:
                 return direct
@@ -171,6 +188,65 @@ class Database:
             with self._lock:
                 self.replaced[table] = self.replaced.get(table, 0) + line.replaced
             line.replaced = 0
+
+    def _from_pages(
+        self, table: str, names: list[str], types: dict[str, pa.DataType], span: tuple[int, int]
+    ) -> pa.Table | None:
+        """The rows with rowids in ``span`` (inclusive) from the file's pages (:mod:`pages`), or None
+        where a column is not an integer column or a row is not one that module reads exactly."""
+        if not self.use_pages or any(t != pa.int64() for t in types.values()):
+            return None
+        layout = self._layout(table)
+        if layout is None or self._pages is None:
+            return None
+        try:
+            got = self._pages.rows(
+                layout.leaves, span[0], span[1] + 1, layout.columns, [layout.index[c] for c in names], layout.alias
+            )
+        except NotReadable:
+            return None
+        if got is None:
+            return None
+        with self._lock:
+            self.paged += 1
+        return got.rename_columns(names)
+
+    def _layout(self, table: str) -> _Layout | None:
+        """Where ``table``'s rows are and how they are laid out (None: not read from pages)."""
+        with self._lock:
+            if table in self._layouts:
+                return self._layouts[table]
+        layout = None
+        try:
+            layout = self._find_layout(table)
+        except (NotReadable, OSError, sqlite3.DatabaseError):
+            layout = None
+        with self._lock:
+            self._layouts[table] = layout
+        return layout
+
+    def _find_layout(self, table: str) -> _Layout | None:
+        found = self.conn.execute(
+            "SELECT type, rootpage, sql FROM sqlite_master WHERE name = ? AND type = 'table'", (table,)
+        ).fetchone()
+        if found is None or not isinstance(found[1], int) or found[1] <= 0:
+            return None  # a view, or a virtual table
+        if "WITHOUT ROWID" in " ".join(str(found[2] or "").upper().split()):
+            return None
+        info = self.conn.execute(f"PRAGMA table_xinfo([{table}])").fetchall()
+        if any(row[6] for row in info):  # hidden or generated columns are not in the records
+            return None
+        keys = [row for row in info if row[5]]
+        # A column declared exactly INTEGER PRIMARY KEY is the rowid itself, stored as NULL.
+        alias = keys[0][0] if len(keys) == 1 and str(keys[0][2]).upper() == "INTEGER" else None
+        with self._lock:
+            if self._pages is None:
+                try:
+                    self._pages = Pages(str(self.path))
+                except NotReadable:
+                    self.use_pages = False  # a WAL file: every read goes through SQL
+                    return None
+        return _Layout(self._pages.leaves(found[1]), len(info), {row[1]: row[0] for row in info}, alias)
 
     def _direct(
         self,
@@ -215,6 +291,17 @@ class Database:
             (text,) = self.conn.execute(sql, (first, first + CHUNK_ROWS)).fetchone()
             if text:
                 yield text
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A table as :mod:`pages` reads it: its leaves, its number of columns, each column's place in
+    a row (its ``cid``), and the place of the column that is the rowid (None: none is)."""
+
+    leaves: Leaves
+    columns: int
+    index: dict[str, int]
+    alias: int | None
 
 
 class _Line:
