@@ -23,6 +23,7 @@ import traceconv.readers.nsys.sources
 import traceconv.readers.nsys.sql
 import traceconv.readers.nsys.stream
 from traceconv import schema as S
+from traceconv.errors import InputError
 
 from .conftest import fixture
 
@@ -378,3 +379,18 @@ def test_a_table_that_fails_leaves_no_reading_thread_waiting(tmp_path: Path, mon
     assert KERNEL not in seen  # the failure came before the kernels were linked
     assert not out.exists() and not list(tmp_path.iterdir())
     assert not [t for t in threading.enumerate() if t.name.startswith("traceconv-sqlite")]
+
+
+def test_a_table_that_holds_other_rows_than_its_count_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Rows are counted beside the reads; a table whose batches hold another number of rows than
+    SQLite counts (the file changed while it was read) stops the conversion, nothing written."""
+    count = traceconv.readers.nsys.sql.Database.count
+    kernel = "CUPTI_ACTIVITY_KIND_KERNEL"
+    monkeypatch.setattr(
+        traceconv.readers.nsys.sql.Database, "count", lambda self, table: count(self, table) + (table == kernel)
+    )
+    with pytest.raises(InputError, match=f"table {kernel} changed while it was read"):
+        traceconv.convert(FIXED, tmp_path / "fixed.parquet")
+    assert not list(tmp_path.iterdir())

@@ -155,6 +155,20 @@ def test_statistics_only_on_the_columns_users_filter_on(tmp_path: Path) -> None:
     assert with_stats == set(writing.STATISTICS_COLUMNS)
 
 
+def test_an_exports_args_are_written_with_dictionary_pages(tmp_path: Path) -> None:
+    """The args of an export repeat (a few launch configurations): dictionary pages, the same values."""
+    out = tmp_path / "fixed.parquet"
+    traceconv.convert(FIXED, out)
+    meta = pq.read_metadata(out)
+    args = S.NAMES.index("args")
+    chunks = [meta.row_group(g).column(args) for g in range(meta.num_row_groups)]
+    assert chunks and all(c.has_dictionary_page for c in chunks)
+    assert pq.read_table(out, columns=["args"]).column(0).equals(traceconv.read(FIXED).column("args"))
+    kineto = tmp_path / "buggy.parquet"  # a PyTorch trace's args do not repeat: no dictionary tried
+    traceconv.convert(fixture("pytorch/h200/train_buggy.pt.trace.json.gz"), kineto, workers=0)
+    assert not pq.read_metadata(kineto).row_group(0).column(args).has_dictionary_page
+
+
 def test_converting_imports_no_pandas(tmp_path: Path) -> None:
     code = (
         "import sys; from traceconv.cli import main\n"

@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -150,17 +150,20 @@ def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     }
 
 
-def new_writer(sink: Any) -> Any:
+def new_writer(sink: Any, repeated: Sequence[str] = ()) -> Any:
     """The Parquet writer of every traceconv output, on ``sink``.
 
-    Dictionary pages only where the schema says dictionary: the args JSON never repeats,
-    and trying to dictionary-encode it costs time and size.
+    Dictionary pages where the schema says dictionary, and for the ``repeated`` columns of a
+    format whose values repeat (a reader's ``REPEATED``): a PyTorch trace's args JSON never
+    repeats, and trying to dictionary-encode it costs time and size; an Nsight Systems export's
+    args are a few distinct kernel configurations, which the dictionary writes once instead of
+    compressing them row after row.
     """
     return _parquet_writer(
         sink,
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
-        use_dictionary=DICTIONARY_COLUMNS,
+        use_dictionary=[*DICTIONARY_COLUMNS, *repeated],
         column_encoding=DELTA_COLUMNS,
         write_statistics=STATISTICS_COLUMNS,
         data_page_size=DATA_PAGE,
@@ -180,7 +183,7 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
         # A buffered stream: the writer asks for its position before every page (an lseek on
         # a plain file, 6% of its time) and writes in small pieces.
         with pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink:
-            writer = new_writer(sink)
+            writer = new_writer(sink, getattr(reader, "REPEATED", ()))
             try:
                 # Handed over, not queued: the reader makes the next table while one is encoded, and no
                 # third waits (the writer is the slower side: a queue holds memory and gains no speed).

@@ -42,7 +42,7 @@ class Plan:
 
     table: str
     columns: list[str]
-    rows: int
+    span: int  # rowids from the smallest to the largest: its rows, but for gaps (progress's estimate)
     ranges: list[tuple[int, int]] | None = None
     key: str | None = None
     check: str | None = None
@@ -60,7 +60,7 @@ def plan(db: Database, table: str, columns: list[str], keys: tuple[str, ...], so
     lo, hi = db.extent(table)
     have = db.columns(table)
     key = next((k for k in keys if k in have or k == "rowid"), None)
-    rows = db.count(table)
+    rows = hi - lo + 1
     if key is None or hi - lo + 1 <= BATCH_ROWS:
         return Plan(table, columns, rows)
     step = batch_rows(len(columns))
@@ -149,6 +149,10 @@ class Reads(Generic[T]):
 
     def __init__(self, db: Database, plans: list[Plan], prepare: list[Callable[[pa.Table], T]]) -> None:
         self._db = db
+        # Each table's rows counted beside the reads (SQLite walks the whole table): the count is
+        # needed only once the table has been read, to check that all of it was.
+        self._counting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceconv-count")
+        self._counts = [self._counting.submit(db.count, p.table) for p in plans]
         self._jobs: deque[tuple[int, Callable[[], T]]] = deque()
         for i, (p, ready) in enumerate(zip(plans, prepare, strict=True)):
             if p.whole:
@@ -179,8 +183,13 @@ class Reads(Generic[T]):
             yield table
             del table
 
+    def rows(self, index: int) -> int:
+        """The rows of plan ``index``'s table (SQLite's count)."""
+        return self._counts[index].result()
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._counting.shutdown(wait=True, cancel_futures=True)
 
 
 def _prepared(prepare: Callable[[pa.Table], T], read: Callable[..., pa.Table], *args: Any) -> T:

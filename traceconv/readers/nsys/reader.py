@@ -41,6 +41,10 @@ from traceconv.readers.nsys.sql import Database
 from traceconv.readers.nsys.stream import Stream
 from traceconv.readers.nsys.tables import GRAPH, KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC
 
+# Columns whose values repeat row after row in an export's output (the args of kernels: a few
+# launch configurations), written with dictionary pages (writing.new_writer).
+REPEATED_COLUMNS = ("args",)
+
 CUDA_TABLES = (KERNEL, MEMCPY, MEMSET, RUNTIME, SYNC, GRAPH)
 
 
@@ -53,6 +57,7 @@ class NsysReader:
     """
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"include_environment", "source_path"})
+    REPEATED: ClassVar[tuple[str, ...]] = REPEATED_COLUMNS
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from traceconv.errors import InputError, ToolMissingError, UsageError
 from traceconv.readers.base import Progress, TraceInfo, trace_stem
-from traceconv.readers.nsys.reader import NsysReader
+from traceconv.readers.nsys.reader import REPEATED_COLUMNS, NsysReader
 
 CACHE_DIR = ".traceconv-cache"
 # Where Nsight Systems installs nsys (Linux packages, CUDA toolkit, Nsight Compute bundle, HPC SDK, Windows).
@@ -105,6 +105,7 @@ class NsysReportReader:
     """A report: run ``nsys export`` once, then read the SQLite export with :class:`NsysReader`."""
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"include_environment", "nsys"})
+    REPEATED: ClassVar[tuple[str, ...]] = REPEATED_COLUMNS
 
     def __init__(
         self,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -110,18 +110,18 @@ class Stream:
     def tables(self, sources: list[Source]) -> Iterator[pa.Table]:
         db = self.ctx.db
         plans = [plan(db, s.table, s.columns(db), s.keys, s.table in self._sort) for s in sources]
-        firsts = np.cumsum([0, *(p.rows for p in plans)])[:-1].tolist()
-        self._first_api_id = next((f for s, f in zip(sources, firsts, strict=True) if s.table == RUNTIME), 0)
         for s in sources:
             if s.table in GPU_TABLES and RUNTIME in db.tables:
                 self._by_process[s.table] = _has_processes(db, s.table)
         self.calls = {by: LaunchIndex(by) for by in set(self._by_process.values())}
         reads = Reads(db, plans, [partial(self._prepare, s, p) for s, p in zip(sources, plans, strict=True)])
-        total, done = sum(p.rows for p in plans), 0
+        total, done = sum(p.span for p in plans), 0
         try:
             for i, (source, p) in enumerate(zip(sources, plans, strict=True)):
                 self._release({s.table for s in sources[i:]})
-                for table in self._table(source, p, reads.batches(i), firsts[i]):
+                if source.table == RUNTIME:
+                    self._first_api_id = done  # the tables before have been read whole: their rows
+                for table in self._table(source, p, reads.batches(i), done, partial(reads.rows, i)):
                     done += table.num_rows
                     yield table
                     if self._progress is not None:
@@ -162,9 +162,11 @@ class Stream:
             if table not in to_come:
                 linked.set()
 
-    def _table(self, source: Source, p: Plan, batches: Iterator[_Prepared], first_id: int) -> Iterator[pa.Table]:
+    def _table(
+        self, source: Source, p: Plan, batches: Iterator[_Prepared], first_id: int, counted: Callable[[], int]
+    ) -> Iterator[pa.Table]:
         done = _Table()
-        self.info.counters[f"rows_{p.table}"] = p.rows
+        self.info.counters[f"rows_{p.table}"] = 0  # its place among the counters; its count once read
         order = KeyOrder(p.check) if p.check is not None else None
         for prepared in batches:
             if order is not None and prepared.run is not None and not order.follows(prepared.run):
@@ -182,7 +184,9 @@ class Stream:
             yield self._unified(part, cols, first_id + done.rows)
             done.rows += part.n
         return_freed_memory()  # a table's batches lie between live data: only a trim gives them back
-        if done.rows != p.rows:
+        rows = counted()
+        self.info.counters[f"rows_{p.table}"] = rows
+        if done.rows != rows:
             raise InputError(self.ctx.db.path, f"table {p.table} changed while it was read", "convert a copy of it")
         self.info.notes.extend(note.format(count) for note, count in done.tallies.items())
         self.info.notes.extend(n for n in dict.fromkeys(done.notes) if n not in self.info.notes)
