@@ -191,6 +191,23 @@ def test_structural_damage_is_located_and_salvage_drops_only_the_damaged_events(
     assert salvaged == [e for i, e in enumerate(EVENTS[name]) if i not in which]
 
 
+@pytest.mark.parametrize(
+    ("good", "flipped"),
+    [(b'"name": "process_name", "ph": "M"', b'"ph"z'), (b'"name": "ac2g", "bp": "e"', b'"bp">')],
+)
+def test_a_key_taken_into_a_name_by_damage_is_not_repaired_as_quotes(good: bytes, flipped: bytes) -> None:
+    """Found by the property above: ``"name": "process_name", "ph"z "M", "ts": ...`` (the ':' after
+    "ph" flipped) once read as a name with unescaped quotes, ``process_name", "ph"z "M``, and salvage
+    kept that event without its phase. It is damage: an error, and salvage drops that event alone."""
+    t = TRACES["cuda_graph.json"]
+    at = t.data.index(good)
+    damaged = t.data[:at] + good.replace(flipped[:-1] + b":", flipped) + t.data[at + len(good) :]
+    which = next(i for i, (a, b) in enumerate(t.spans) if a <= at < b)
+    error = convert(damaged)
+    assert isinstance(error, TraceconvError) and error.exit_code == 3
+    assert convert(damaged, salvage=True) == [e for i, e in enumerate(EVENTS["cuda_graph.json"]) if i != which]
+
+
 # -- dialects ----------------------------------------------------------------------------------
 REPAIRED = [
     "quotes",

@@ -25,6 +25,8 @@ _TRAILING_COMMA = re.compile(rb",(\s*[}\]])")
 # A name value on one line of Kineto output: up to the first `", "<key>":` or the end of the line.
 _NAME_LINE = re.compile(rb'("name":\s*")(.*?)("(?:\s*,\s*"[\w ]+"\s*:|\s*,?\s*$))', re.M)
 _LONE_QUOTE = re.compile(rb'(?<!\\)"')
+# An event's own keys after `", `: a "name" that would take them in is damage, not a name with quotes.
+_SWALLOWED_KEY = re.compile(rb'"\s*,\s*"(?:ph|cat|ts|dur|tts|pid|tid|args|id|bp|s|cname)"')
 
 
 Repair = Callable[[bytes], tuple[bytes, int]]
@@ -55,6 +57,8 @@ def _fix_escape(m: re.Match[bytes]) -> bytes:
 
 
 def _fix_name(m: re.Match[bytes]) -> bytes:
+    if _SWALLOWED_KEY.search(m.group(2)):  # e.g. `"name": "x", "ph"z "M", "ts": ...` (a flipped ':')
+        return m.group(0)
     return m.group(1) + _LONE_QUOTE.sub(rb'\\"', m.group(2)) + m.group(3)
 
 
