@@ -3,9 +3,12 @@
 GPU work is linked to its call by correlation id *within the process* (``nsys stats``'
 key); exports before globalPid was written on GPU rows link by correlation id alone. The calls
 arrive a batch at a time, in event order; each batch becomes a *run*: its calls sorted by key
-(process code << 40 | correlation id), written to a temporary file one field after another,
-with what a GPU row takes from its call. Memory holds, per run and process, only the first and
-last key and every :data:`SAMPLE`-th key, so that a lookup reads only the records around its keys.
+(process code << 40 | correlation id), written to a temporary file per process (a *segment*)
+one field after another, with what a GPU row takes from its call; each field of a segment as its
+difference from the field's smallest value there, in the fewest bytes that hold them (keys,
+times, thread and name codes of one batch span little: about 3x fewer bytes than int64). Memory
+holds, per segment, only the first and last key and every :data:`SAMPLE`-th key, so that a lookup
+reads only the records around its keys.
 
 A lookup finds the first call in event order with the key (as a search of all calls would):
 runs are searched in order, and within a run the sort is stable. CUPTI numbers calls in the
@@ -18,7 +21,7 @@ import itertools
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,16 +38,32 @@ Calls = dict[str, I64]
 
 
 @dataclass(frozen=True)
+class _Field:
+    """One field of a segment in the file: where, in which type, and the value its zero stands for."""
+
+    offset: int
+    dtype: np.dtype[Any]
+    base: int
+
+
+@dataclass(frozen=True)
 class _Segment:
     """The calls of one process in one run: key range, where its fields are, sampled keys."""
 
     lo: int
     hi: int
-    offset: int  # bytes: where the run's fields begin in the file
-    run: int  # calls in the run (each field takes 8 bytes a call)
-    first: int  # the segment's first call within its run
     count: int
+    fields: tuple[_Field, ...]  # in the order of FIELDS
     samples: I64
+
+
+def _narrow(values: I64) -> tuple[np.dtype[Any], int]:
+    """The smallest unsigned type that holds ``values`` less their minimum, and that minimum."""
+    lo, hi = int(values.min()), int(values.max())
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if hi - lo <= np.iinfo(dtype).max:
+            return np.dtype(dtype), lo
+    return np.dtype(np.int64), 0
 
 
 def nothing(n: int) -> Calls:
@@ -97,12 +116,15 @@ class LaunchIndex:
         procs = keys >> CORR_BITS
         cuts = [0, *(np.flatnonzero(procs[1:] != procs[:-1]) + 1).tolist(), len(keys)]
         for a, b in itertools.pairwise(cuts):
+            fields = []
+            for f in FIELDS:  # each field narrowed and written straight from its buffer
+                dtype, base = _narrow(run[f][a:b])
+                fields.append(_Field(self._size, dtype, base))
+                self._write((run[f][a:b] - base).astype(dtype).data.cast("B"))
             samples = keys[a:b:SAMPLE].copy()
-            self._segments.append(_Segment(int(keys[a]), int(keys[b - 1]), self._size, len(keys), a, b - a, samples))
+            self._segments.append(_Segment(int(keys[a]), int(keys[b - 1]), b - a, tuple(fields), samples))
         self._lo = np.array([s.lo for s in self._segments], np.int64)
         self._hi = np.array([s.hi for s in self._segments], np.int64)
-        for f in FIELDS:  # straight from each array's buffer
-            self._write(memoryview(run[f].data).cast("B"))
 
     def _seen(self, distinct: I64) -> int:
         """How many of these (sorted, distinct) keys earlier calls have: only the keys inside an
@@ -142,9 +164,10 @@ class LaunchIndex:
 
     def _read(self, seg: _Segment, field: int, lo: int, hi: int) -> I64:
         """Calls ``[lo, hi)`` of the segment, one field."""
-        at = seg.offset + 8 * (field * seg.run + seg.first + lo)
-        data = os.pread(self._file.fileno(), 8 * (hi - lo), at)
-        return np.frombuffer(data, np.int64)
+        f = seg.fields[field]
+        size = f.dtype.itemsize
+        data = os.pread(self._file.fileno(), size * (hi - lo), f.offset + size * lo)
+        return np.frombuffer(data, f.dtype).astype(np.int64) + f.base
 
     def _write(self, data: memoryview) -> None:
         view, at = data, self._size

@@ -57,6 +57,7 @@ class Database:
         self.paged = 0  # reads answered from the pages (the others went through SQL)
         self._pages: Pages | None = None
         self._layouts: dict[str, _Layout | None] = {}
+        self._extents: dict[str, tuple[int, int]] = {}
         try:
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.DatabaseError as exc:
@@ -135,10 +136,12 @@ class Database:
         """(smallest, largest rowid) of ``table``, from the ends of its B-tree; (0, -1) when empty or absent."""
         if table not in self.tables:
             return 0, -1
-        sql = f"SELECT (SELECT min(rowid) FROM [{table}]), (SELECT max(rowid) FROM [{table}])"
-        with self.guard(table):
-            lo, hi = self.conn.execute(sql).fetchone()
-        return (int(lo), int(hi)) if lo is not None else (0, -1)
+        if table not in self._extents:  # asked for every batch read: once per table
+            sql = f"SELECT (SELECT min(rowid) FROM [{table}]), (SELECT max(rowid) FROM [{table}])"
+            with self.guard(table):
+                lo, hi = self.conn.execute(sql).fetchone()
+            self._extents[table] = (int(lo), int(hi)) if lo is not None else (0, -1)
+        return self._extents[table]
 
     def read(self, table: str, wanted: Sequence[str], rows: tuple[int, int] | None = None, where: str = "") -> pa.Table:
         """The columns of ``wanted`` that ``table`` has, as typed Arrow columns, in rowid order:
