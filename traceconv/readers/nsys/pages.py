@@ -112,10 +112,7 @@ class Pages:
             # children in order: each cell's left child (keys up to the cell's key), then the right-most
             first = np.cumsum(ncells) - ncells
             total = int(ncells.sum())
-            owner = np.repeat(np.arange(len(level)), ncells)
-            slot = np.arange(total, dtype=np.int64) - first[owner]
-            ptr = base[owner] + INTERIOR_HEADER + 2 * slot
-            cell = (base[owner] - np.where(level[owner] == 1, FILE_HEADER, 0)) + _be(buf, ptr, 2)
+            owner, cell = _cells(buf, base - np.where(level == 1, FILE_HEADER, 0), base + INTERIOR_HEADER, ncells)
             child = _be(buf, cell, 4)
             key, _ = _varints(buf, cell + 4)
             # the next level: page p's cells' children in order, then its right-most child
@@ -144,10 +141,7 @@ class Pages:
         base = start + np.where(pages == 1, FILE_HEADER, 0)
         if len(pages) and not bool((buf[base] == LEAF).all()):
             return None
-        ncells = _be(buf, base + 3, 2)
-        owner = np.repeat(np.arange(len(pages)), ncells)
-        slot = np.arange(int(ncells.sum()), dtype=np.int64) - (np.cumsum(ncells) - ncells)[owner]
-        cell = start[owner] + _be(buf, base[owner] + LEAF_HEADER + 2 * slot, 2)
+        _, cell = _cells(buf, start, base + LEAF_HEADER, _be(buf, base + 3, 2))
         payload, n1 = _varints(buf, cell)
         rowid, n2 = _varints(buf, cell + n1)
         keep = (rowid >= lo) & (rowid < hi)
@@ -204,6 +198,15 @@ def _read_into(fd: int, view: memoryview, offset: int) -> None:
         if got <= 0:
             raise NotReadable("the file is shorter than its pages")
         view, offset = view[got:], offset + got
+
+
+def _cells(buf: np.ndarray, start: I64, pointers: I64, ncells: I64) -> tuple[I64, I64]:
+    """Every cell of the pages, page by page in pointer order: (its page's index, where it is in
+    ``buf``). ``start``: where each page begins; ``pointers``: where its cell pointers begin (2
+    bytes each, offsets from the page's start)."""
+    owner = np.repeat(np.arange(len(ncells)), ncells)
+    slot = np.arange(int(ncells.sum()), dtype=np.int64) - (np.cumsum(ncells) - ncells)[owner]
+    return owner, start[owner] + _be(buf, pointers[owner] + 2 * slot, 2)
 
 
 def _be(buf: np.ndarray, at: I64, width: int) -> I64:

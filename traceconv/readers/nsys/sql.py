@@ -19,14 +19,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from traceconv.errors import InputError
-from traceconv.readers.arrow_util import utf8
+from traceconv.readers.nsys.csv_text import Line
 from traceconv.readers.nsys.pages import Leaves, NotReadable, Pages
 
 try:
@@ -161,7 +160,7 @@ class Database:
             direct = self._direct(table, names, types, where, span)
             if direct is not None:
                 return direct
-            line = _Line(names, types)
+            line = Line(names, types)
             chunks = [line.parse(text) for text in self._chunks(table, line.sql, where)]
         self._count_replaced(table, line)
         if not chunks:
@@ -174,7 +173,7 @@ class Database:
         names, types = self._typed_names(table, wanted)
         if not names:
             return
-        line = _Line(names, types)
+        line = Line(names, types)
         with self.guard(table):
             cursor = self.conn.execute(f"SELECT CAST({line.sql} AS BLOB) FROM [{table}] ORDER BY {key}, rowid")
             while rows := cursor.fetchmany(batch):
@@ -186,7 +185,7 @@ class Database:
         names = [c for c in wanted if c in have]
         return names, {c: affinity(have[c]) for c in names}
 
-    def _count_replaced(self, table: str, line: _Line) -> None:
+    def _count_replaced(self, table: str, line: Line) -> None:
         if line.replaced:
             with self._lock:
                 self.replaced[table] = self.replaced.get(table, 0) + line.replaced
@@ -307,64 +306,6 @@ class _Layout:
     alias: int | None
 
 
-class _Line:
-    """One row as a line of text, and back.
-
-    Integers only: ``json_array(0, a, b, 0)`` (SQLite's JSON writer formats integers fastest),
-    read as unquoted CSV without the two sentinel fields. With text or reals: ``printf`` of
-    ``quote(text)`` and ``%!.17g`` (exact doubles), read as CSV quoted with ``'``.
-    """
-
-    def __init__(self, names: list[str], types: dict[str, pa.DataType]) -> None:
-        self.names, self.types = names, types
-        self.replaced = 0  # texts with invalid UTF-8, kept with U+FFFD in its place
-        self.integers = all(t == pa.int64() for t in types.values())
-        cols = ", ".join(_field(c, types[c]) for c in names)
-        if self.integers:
-            self.sql = f"json_array(0, {cols}, 0)"
-        else:
-            # %s of NULL: an empty field. A last field, always 0: Arrow refuses a column whose every
-            # value is an empty last field of its line.
-            self.sql = f"printf('{','.join(['%s'] * len(names))},0', {cols})"
-
-    def parse(self, text: bytes) -> pa.Table:
-        if self.integers:
-            return pacsv.read_csv(
-                _source(text),
-                read_options=pacsv.ReadOptions(column_names=["[", *self.names, "]"], block_size=1 << 22),
-                parse_options=pacsv.ParseOptions(quote_char=False),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=self.names, column_types=self.types, null_values=["null"]
-                ),
-            )
-        has_text = any(t == pa.string() for t in self.types.values())
-        # Text as bytes, then checked: an application's NVTX names are not always UTF-8, and
-        # one such name must not stop the conversion of the whole report.
-        raw_types = {c: pa.binary() if t == pa.string() else t for c, t in self.types.items()}
-        got = pacsv.read_csv(
-            _source(text),
-            read_options=pacsv.ReadOptions(
-                column_names=[*self.names, "]"], block_size=len(text) + 1 if has_text else 1 << 22
-            ),
-            parse_options=pacsv.ParseOptions(quote_char="'", double_quote=True, newlines_in_values=has_text),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=self.names,
-                column_types=raw_types,
-                null_values=["", "NULL"],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-        cols = []
-        for name in self.names:
-            col = got[name]
-            if self.types[name] == pa.string():
-                col, bad = utf8(col)
-                self.replaced += bad
-            cols.append(col)
-        return pa.table(cols, names=self.names)
-
-
 def _batch_rows(extent: tuple[int, int]) -> int:
     """Rows per ADBC batch for rows whose rowids lie in ``extent``: ADBC gives each column of a
     batch room for this many rows up front, so a batch far larger than the rows reserves
@@ -405,11 +346,6 @@ def _typed(got: pa.Table, types: dict[str, pa.DataType]) -> pa.Table | None:
     return pa.table(cols, names=list(types))
 
 
-def _source(text: bytes) -> IO[Any]:
-    """The CSV text as Arrow's in-memory file (no copy); the stubs know only Python files."""
-    return cast(IO[Any], pa.BufferReader(text))
-
-
 def affinity(declared: str) -> pa.DataType:
     """SQLite's type affinity rules, as Arrow types (an untyped column is read as text)."""
     if "INT" in declared:
@@ -417,12 +353,3 @@ def affinity(declared: str) -> pa.DataType:
     if any(k in declared for k in ("REAL", "FLOA", "DOUB")):
         return pa.float64()
     return pa.string()
-
-
-def _field(name: str, typ: pa.DataType) -> str:
-    col = f"[{name}]"
-    if typ == pa.string():
-        return f"quote({col})"  # 'it''s' or NULL: parsed with ' as the quote character
-    if typ == pa.float64():
-        return f"iif({col} IS NULL, NULL, printf('%!.17g', {col}))"
-    return col
