@@ -6,14 +6,17 @@ hand-made variants of a real export where a call is no leaf, which the check mus
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from traceconv.analyses import leaves as L
+from traceconv.analyses import measure as M
 from traceconv.analyses import summary as SM
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import INPUT_COLUMNS
@@ -119,3 +122,55 @@ def test_a_negative_gpu_duration_is_summed_call_by_call(monkeypatch: pytest.Monk
     durations[row] = -(10**12)
     table = table.set_column(table.column_names.index("dur_ns"), "dur_ns", pa.array(durations, pa.int64()))
     assert _both(table, monkeypatch)
+
+
+def _lookups(table: pa.Table, monkeypatch: pytest.MonkeyPatch, few_runs: int) -> tuple[list[Any], int]:
+    """Every id around the calls' ids and the process ``launch_lookup`` gives it, the runs' limit at
+    ``few_runs``; and how many processes the calls have."""
+    monkeypatch.setattr(L, "RATIO", 0)
+    monkeypatch.setattr(L, "MOST_STRUCTURE", 10**9)
+    monkeypatch.setattr(L, "FEW_RUNS", few_runs)
+    with Source(table) as source:
+        facts = SM.prepare(source, SM.STEP_PATTERN)
+        calls = L.scan(source, facts, M.trace_codes(source))
+        assert calls is not None
+        lo, hi = calls.first_id - 2, calls.first_id + len(calls.pid_of) + 2
+        expected = [
+            calls.pids[c] if c >= 0 else None for c in calls.pid_codes(np.arange(lo, hi, dtype=np.int64)).tolist()
+        ]
+        with L.launch_lookup(source, calls) as call_pid:
+            got = source.arrow(f"SELECT {call_pid('i')} AS p FROM range({lo}, {hi}) t(i) ORDER BY i")["p"]
+        assert got.to_pylist() == expected
+        return expected, len(calls.pids)
+
+
+def _recoded(table: pa.Table, pid_of_call: Callable[[int, int], int], gap: bool) -> pa.Table:
+    """Hand-made from a real export: the ``i``-th call's process ``pid_of_call(i, pid)``; with ``gap``,
+    a call in the middle made another kind of row (an id among the calls' that names no call)."""
+    calls = pc.indices_nonzero(pc.equal(table["kind"], "cuda_api")).to_pylist()
+    pid = table["pid"].to_pylist()
+    for i, row in enumerate(calls):
+        pid[row] = pid_of_call(i, pid[row])
+    table = table.set_column(table.column_names.index("pid"), "pid", pa.array(pid, pa.int64()))
+    if gap:
+        kind = table["kind"].to_pylist()
+        kind[calls[len(calls) // 2]] = "other"
+        table = table.set_column(table.column_names.index("kind"), "kind", pa.array(kind).dictionary_encode())
+    return table
+
+
+@pytest.mark.parametrize("few_runs", [-1, L.FEW_RUNS], ids=["python", "macro"])
+def test_a_calls_process_is_found_by_its_id(few_runs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process of the call an id names, by the macro of runs and by the Python lookup, on a
+    real export, on it with its calls in three blocks of processes and an id among them that is no
+    call, and with the process changed call by call (too many runs for the macro)."""
+    table = _buggy()
+    got, processes = _lookups(table, monkeypatch, few_runs)
+    assert processes == 1 and any(p is not None for p in got) and None in got
+    third = pc.sum(pc.equal(table["kind"], "cuda_api")).as_py() // 3
+    blocks = _recoded(table, lambda i, p: p + min(i // third, 2), gap=True)
+    got, processes = _lookups(blocks, monkeypatch, few_runs)
+    assert processes == 3 and None in got[3:-3]
+    mixed = _recoded(table, lambda i, p: p + i % 3, gap=False)
+    got, processes = _lookups(mixed, monkeypatch, few_runs)
+    assert processes == 3 and len({p for p in got if p is not None}) == 3

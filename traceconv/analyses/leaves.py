@@ -44,6 +44,7 @@ BATCH = 1 << 18  # calls per batch of the stream
 PACKED_LIMIT = 1 << 62  # thread code * time span + time must stay below this in an int64 key
 CALL_PID = "leaf_call_pid"  # the SQL function: a call's process id by its event id (null: no call)
 NONE = "CAST(NULL AS BIGINT)"  # what stands for it where the calls are not leaves
+FEW_RUNS = 16  # the most runs of call ids (one process each) looked up by a macro of comparisons
 
 
 @dataclass(frozen=True)
@@ -130,27 +131,52 @@ def scan(source: Source, facts: Facts, traces: list[str]) -> Calls | None:
 @contextlib.contextmanager
 def launch_lookup(source: Source, calls: Calls | None) -> Iterator[Callable[[str], str]]:
     """SQL for the process of the call an event id names (null: no call), while the tables that
-    need it are made; the calls' processes are let go after."""
+    need it are made; the calls' processes are let go after. Where the calls' ids fall in a few
+    runs of one process each (an export's calls are numbered together), a macro of comparisons;
+    else a lookup in Python, a batch of ids at a time."""
     if calls is None:
         yield lambda column: NONE
         return
     pids = np.array(calls.pids, np.int64)
+    runs = _runs(calls.pid_of, calls.first_id)
+    if runs is not None:
+        cases = " ".join(f"WHEN x BETWEEN {a} AND {b} THEN CAST({int(pids[c])} AS BIGINT)" for a, b, c in runs)
+        source.run(f"CREATE OR REPLACE MACRO {CALL_PID}(x) AS " + (f"CASE {cases} END" if runs else NONE))
+    else:
 
-    def pid(ids: pa.Array) -> pa.Array:
-        eid = np.asarray(ids.fill_null(calls.first_id - 1).to_numpy(zero_copy_only=False), np.int64)
-        code = calls.pid_codes(eid)
-        return pa.array(pids[np.maximum(code, 0)] if len(pids) else np.zeros(len(eid), np.int64), mask=code < 0)
+        def pid(ids: pa.Array) -> pa.Array:
+            eid = np.asarray(ids.fill_null(calls.first_id - 1).to_numpy(zero_copy_only=False), np.int64)
+            code = calls.pid_codes(eid)
+            return pa.array(pids[np.maximum(code, 0)] if len(pids) else np.zeros(len(eid), np.int64), mask=code < 0)
 
-    nulls = FunctionNullHandling.SPECIAL  # it gives null for an id that names no call
-    source.con.create_function(
-        CALL_PID, pid, ["BIGINT"], "BIGINT", type=PythonUDFType.ARROW, null_handling=nulls, side_effects=False
-    )
+        nulls = FunctionNullHandling.SPECIAL  # it gives null for an id that names no call
+        source.con.create_function(
+            CALL_PID, pid, ["BIGINT"], "BIGINT", type=PythonUDFType.ARROW, null_handling=nulls, side_effects=False
+        )
     try:
         yield lambda column: f"{CALL_PID}({column})"
     finally:
-        with contextlib.suppress(duckdb.InvalidInputException):
-            source.con.remove_function(CALL_PID)
+        if runs is None:
+            with contextlib.suppress(duckdb.InvalidInputException):
+                source.con.remove_function(CALL_PID)
+        else:
+            source.run(f"DROP MACRO IF EXISTS {CALL_PID}")
         calls.pid_of = np.zeros(0, np.int16)
+
+
+def _runs(codes: np.ndarray, first_id: int) -> list[tuple[int, int, int]] | None:
+    """The (first id, last id, process code) of each run of ids with calls of one process (``codes``:
+    by id - ``first_id``, -1 no call); None where there are more than :data:`FEW_RUNS`."""
+    change = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+    if len(change) > 2 * FEW_RUNS:
+        return None
+    starts = np.r_[0, change]
+    ends = np.r_[change - 1, len(codes) - 1]
+    kept = codes[starts] >= 0
+    return [
+        (first_id + int(a), first_id + int(b), int(c))
+        for a, b, c in zip(starts[kept], ends[kept], codes[starts[kept]], strict=True)
+    ]
 
 
 def walk(

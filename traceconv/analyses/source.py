@@ -66,6 +66,9 @@ class Source:
             ) from exc
         self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
+        # Each query over the view would read and decode the Parquet footers again (tens of ms for a
+        # file of hundreds of row groups); DuckDB keeps them, checked against the file's modification time.
+        self.run("SET parquet_metadata_cache = true")
         # DuckDB draws a progress bar on stdout for a long query where Python looks interactive
         # (python -c, notebooks): it would land inside the output of `traceconv sql` and the summaries.
         self.run("SET enable_progress_bar = false")
