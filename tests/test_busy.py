@@ -34,6 +34,16 @@ from .conftest import fixture
 
 SYNC = "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
 API = "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL"
+# The GPU rows and their queued spans, written here apart from busy.py's queries.
+GPU_ROWS = (
+    "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, start_ns AS s, end_ns AS e FROM events "
+    "WHERE kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+)
+QUEUED = (
+    "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, launch_end_ns AS s, start_ns AS e FROM events "
+    "WHERE kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL "
+    "AND launch_end_ns IS NOT NULL AND launch_end_ns < start_ns"
+)
 TRACES = ("pytorch/h200/train_buggy.pt.trace.json.gz", "nsys/h200/buggy.sqlite", "pytorch/h200/streams_memcpy.json")
 
 
@@ -51,8 +61,8 @@ def _windows(lo: int, hi: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[dict, list]:
-    gdev, gs, ge = _rows(source, B.GPU_ROWS)
-    qdev, qs, qe = _rows(source, B.QUEUED)
+    gdev, gs, ge = _rows(source, GPU_ROWS)
+    qdev, qs, qe = _rows(source, QUEUED)
     _, ys, ye = _rows(source, SYNC)
     _, as_, ae = _rows(source, API)
     busy: dict[str, list[int]] = {}

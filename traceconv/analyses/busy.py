@@ -27,63 +27,66 @@ from traceconv.analyses.results import DeviceTime, IdleBreakdown
 from traceconv.analyses.source import Source
 
 Segments = tuple[I.I64, I.I64]
-GPU_ROWS = (
-    "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, start_ns AS s, end_ns AS e FROM events "
-    "WHERE kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
-)
-QUEUED = (
-    "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, launch_end_ns AS s, start_ns AS e FROM events "
-    "WHERE kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL "
-    "AND launch_end_ns IS NOT NULL AND launch_end_ns < start_ns"
-)
+# What the sweep reads of each GPU row (by default; measure.py passes its table of the GPU rows).
+GPU_TIMES = "SELECT device, start_ns, end_ns, launch_end_ns FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
 SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 BATCH_ROWS = 1 << 18  # intervals a batch of the sorted pass holds
 SLICE_ROWS = 1 << 21  # intervals a slice of the time line holds (what one sort holds), about
-
-
-def _spans(rows_sql: str, column: str, dev: bool = True) -> str:
-    """``rows_sql``'s intervals (``dev``, s, e) of the set ``column``, with its place in :data:`SETS`."""
-    key = "dev, " if dev else ""
-    return f"SELECT {key}s, e, CAST({SETS.index(column)} AS UTINYINT) AS c FROM ({rows_sql})"
+SAMPLE_ROWS = 1 << 16  # the starts sampled (about) to cut the time line into slices
 
 
 def sweep(
-    source: Source, sync_sql: str, api_sql: str, windows: Sequence[Segments]
+    source: Source, sync_sql: str, api_sql: str, windows: Sequence[Segments], gpu_sql: str = GPU_TIMES
 ) -> list[tuple[dict[str, DeviceTime], IdleBreakdown]]:
     """For each scope's ``windows`` (sorted, disjoint segments): per device its busy time, idle time and
-    the windows' length, and the idle time of all devices together split by cause."""
-    source.table("device_spans", f"{_spans(GPU_ROWS, 'b')} UNION ALL {_spans(QUEUED, 'q')}")
-    source.table("host_spans", f"{_spans(sync_sql, 'y', dev=False)} UNION ALL {_spans(api_sql, 'a', dev=False)}")
+    the windows' length, and the idle time of all devices together split by cause. ``sync_sql`` and
+    ``api_sql`` give the host's intervals (s, e), ``gpu_sql`` the GPU rows' device, start_ns, end_ns
+    and launch_end_ns; each is read once per slice of the time line, so tables, not views of a file."""
+    timed = f"SELECT * FROM ({gpu_sql}) WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
     devices = sorted(
-        (str(d) for d in source.arrow("SELECT DISTINCT dev FROM device_spans WHERE c = 0")["dev"].to_pylist()),
+        (str(d) for d in source.arrow(f"SELECT DISTINCT {_DEV} AS dev FROM ({timed})")["dev"].to_pylist()),
         key=_device_order,
     )
     lengths = [int((e - s).sum()) for s, e in windows]
     spent = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)  # per scope: busy, then the causes
     times: list[dict[str, DeviceTime]] = [{} for _ in windows]
     for dev in devices:
-        per_dev = _one_device(source, dev, windows)
+        per_dev = _one_device(source, _spans(timed, dev, sync_sql, api_sql), windows)
         for k, window_ns in enumerate(lengths):
             times[k][dev] = DeviceTime(
                 busy_ns=int(per_dev[k, 0]), idle_ns=window_ns - int(per_dev[k, 0]), window_ns=window_ns
             )
         spent += per_dev
-    source.run("DROP TABLE device_spans")
-    source.run("DROP TABLE host_spans")
     return [
         (times[k], IdleBreakdown(**{c: int(spent[k, 1 + i]) for i, c in enumerate(CAUSES)}))
         for k in range(len(windows))
     ]
 
 
-def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.ndarray:
-    """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope)."""
-    quoted = dev.replace("'", "''")
-    spans = (
-        f"SELECT s, e, c FROM device_spans WHERE dev = '{quoted}' AND e > s "
-        "UNION ALL SELECT s, e, c FROM host_spans WHERE e > s"
+_DEV = "coalesce(CAST(device AS VARCHAR), 'unknown')"  # a device as the results name it
+
+
+def _spans(timed: str, dev: str, sync_sql: str, api_sql: str) -> str:
+    """The intervals (s, e, c) of the four sets of one device (``c``: the set's place in :data:`SETS`),
+    empty ones left out: its GPU rows, their queued spans (launch call's end to start), and the host's."""
+    mine = f"SELECT * FROM ({timed}) WHERE " + (
+        "device IS NULL" if dev == "unknown" else f"device = {int(dev)}"  # _DEV's inverse
     )
+    sets = (
+        f"SELECT start_ns AS s, end_ns AS e FROM ({mine})",
+        f"SELECT launch_end_ns AS s, start_ns AS e FROM ({mine}) WHERE launch_end_ns IS NOT NULL",
+        sync_sql,
+        api_sql,
+    )
+    return " UNION ALL ".join(
+        f"SELECT s, e, CAST({c} AS UTINYINT) AS c FROM ({sql}) WHERE e > s" for c, sql in enumerate(sets)
+    )
+
+
+def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.ndarray:
+    """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope), from
+    the ``spans`` of its four sets."""
     unions = [_Union(windows) for _ in SETS]  # B, B u Q, B u Q u Y, B u Q u Y u A
     for lo, hi in _slices(source, spans):
         inside = " AND ".join(
@@ -113,14 +116,16 @@ def _one_device(source: Source, dev: str, windows: Sequence[Segments]) -> np.nda
 
 def _slices(source: Source, spans: str) -> list[tuple[int | None, int | None]]:
     """Consecutive slices of the time line, ``[lo, hi)`` (None: unbounded), of about
-    :data:`SLICE_ROWS` of the intervals' starts each."""
+    :data:`SLICE_ROWS` of the intervals' starts each: cut at quantiles of a sample of about
+    :data:`SAMPLE_ROWS` starts (where a slice begins changes no time, only what one sort holds)."""
     rows = int(source.scalar(f"SELECT count(*) FROM ({spans})"))
     pieces = -(-rows // SLICE_ROWS)
     if pieces <= 1:
         return [(None, None)]
     qs = ", ".join(str(k / pieces) for k in range(1, pieces))
-    edges = source.scalar(f"SELECT approx_quantile(s, [{qs}]) FROM ({spans})")
-    cuts: list[int | None] = [None, *sorted({int(v) for v in edges}), None]
+    pct = min(100.0, 100.0 * SAMPLE_ROWS / rows)
+    edges = source.scalar(f"SELECT quantile_disc(s, [{qs}]) FROM ({spans}) USING SAMPLE {pct:.6f}% (bernoulli)")
+    cuts: list[int | None] = [None, *sorted({int(v) for v in edges or [] if v is not None}), None]
     return list(itertools.pairwise(cuts))
 
 

@@ -27,15 +27,21 @@ GPU = (
 )
 
 
-# What the scopes' queries read of each GPU row, with one flag per scope (see :func:`scoped_rows`).
-# Its three texts of many values are kept as hashes (``name_h``, ``short_h``, ``op_h``; texts in
-# ``gpu_texts``): a table of numbers is a third of the time and size of one with the names.
+# What the scopes' queries read of each GPU row, with one flag per scope (see :func:`scoped_rows`),
+# numbers only: its texts of many values are kept as hashes (``name_h``, ``short_h``, ``op_h``,
+# ``limiter_h``; texts in ``gpu_texts``), its kind as a code (:data:`KERNEL`, ...); a table of
+# numbers is a third of the time and size of one with the texts. What only copies have (their
+# direction, memory kinds and trace) is in a table of the copies (:data:`COPY_COLUMNS`).
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
 SCOPED_COLUMNS = (
-    "trace_id, event_id, kind, th(name) AS name_h, th(short_name) AS short_h, dur_ns, launch_start_ns, "
-    "launch_end_ns, queue_ns, th(op_name) AS op_h, bytes, occupancy_pct, occupancy_limiter, copy_kind, src_kind, "
-    "dst_kind"
+    f"event_id, CAST(CASE kind WHEN 'kernel' THEN {KERNEL} WHEN 'memcpy' THEN {MEMCPY} ELSE {MEMSET} END AS UTINYINT) "
+    "AS k, th(name) AS name_h, th(short_name) AS short_h, device, start_ns, end_ns, dur_ns, launch_start_ns, "
+    "launch_end_ns, queue_ns, occupancy_pct, th(CAST(occupancy_limiter AS VARCHAR)) AS limiter_h"
 )
-_TEXTS = " UNION ".join(f"SELECT {c} AS text FROM ({GPU})" for c in ("name", "short_name", "op_name"))
+COPY_COLUMNS = "trace_id, event_id, dur_ns, th(op_name) AS op_h, bytes, copy_kind, src_kind, dst_kind"
+_TEXTS = " UNION ".join(
+    f"SELECT {c} AS text FROM ({GPU})" for c in ("name", "short_name", "op_name", "CAST(occupancy_limiter AS VARCHAR)")
+)
 SALTS = 8  # hashes tried, each with another salt, until no two of the texts share one
 
 
@@ -59,14 +65,22 @@ def prepare_texts(source: Source) -> None:
 def scoped_rows(withins: list[str]) -> str:
     """The GPU rows with what the scopes' queries read, and ``in_K``: whether the row's anchor lies in
     scope K (``withins[K]``: the SQL function of :meth:`Source.within`). Materialised once, so that
-    each scope's seven aggregates scan a table of the Source's database instead of the Parquet,
-    each calling the Python window test on every row again. Needs :func:`prepare_texts`."""
-    flags = "".join(f", {within}(anchor) AS in_{k}" for k, within in enumerate(withins))
-    return f"SELECT {SCOPED_COLUMNS}{flags} FROM ({GPU})"
+    each scope's aggregates scan a table of the Source's database instead of the Parquet, each
+    calling the Python window test on every row again. Needs :func:`prepare_texts`."""
+    return f"SELECT {SCOPED_COLUMNS}{_flags(withins)} FROM ({GPU})"
+
+
+def scoped_copies(withins: list[str]) -> str:
+    """The copies (memcpy rows) as :func:`scoped_rows` has the GPU rows, with what copies have."""
+    return f"SELECT {COPY_COLUMNS}{_flags(withins)} FROM ({GPU}) WHERE kind = 'memcpy'"
+
+
+def _flags(withins: list[str]) -> str:
+    return "".join(f", {within}(anchor) AS in_{k}" for k, within in enumerate(withins))
 
 
 def scope_rows(table: str, k: int) -> str:
-    """The rows of scope ``k`` of a :func:`scoped_rows` table."""
+    """The rows of scope ``k`` of a :func:`scoped_rows` or :func:`scoped_copies` table."""
     return f"SELECT * FROM {table} WHERE in_{k}"
 
 
@@ -89,7 +103,7 @@ def kernel_table(source: Source, scoped: str) -> pd.DataFrame:
         "min(event_id) FILTER (WHERE short_h IS NOT NULL) AS short_first, "
         "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_w, "
         "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_t "
-        f"FROM ({scoped}) WHERE kind = 'kernel' GROUP BY 1) "
+        f"FROM ({scoped}) WHERE k = {KERNEL} GROUP BY 1) "
         "SELECT coalesce(n.text, '(unnamed)') AS name, isum(g.count) AS count, isum(g.dur_ns) AS dur_ns, "
         "isum(g.queue_ns) AS queue_ns, isum(g.queued) AS queued, arg_min(s.text, g.short_first) AS short_name, "
         "sum(g.occ_w) AS occ_w, sum(g.occ_t) AS occ_t FROM g LEFT JOIN gpu_texts n ON n.h = g.name_h "
@@ -108,15 +122,16 @@ def kernel_table(source: Source, scoped: str) -> pd.DataFrame:
     return result
 
 
-def copies(source: Source, scoped: str, gpu_ns: int) -> dict[str, Copies]:
-    """Per copy direction: count, bytes, time, bandwidth, share of GPU time, host memory kind, issuing ops."""
+def copies(source: Source, copies_sql: str, gpu_ns: int) -> dict[str, Copies]:
+    """Per copy direction (``copies_sql``: the scope's rows of a :func:`scoped_copies` table): count,
+    bytes, time, bandwidth, share of GPU time, host memory kind, issuing ops."""
     rows = source.arrow(
         "SELECT coalesce(copy_kind, 'Unknown') AS dir, count(*) AS n, total(bytes) AS size, "
         "total(dur_ns) AS dur, count(*) FILTER (WHERE src_kind = 'Pageable' OR dst_kind = 'Pageable') "
         "AS pageable, count(*) FILTER (WHERE src_kind = 'Pinned' OR dst_kind = 'Pinned') AS pinned "
-        f"FROM ({scoped}) WHERE kind = 'memcpy' GROUP BY 1 ORDER BY 1"
+        f"FROM ({copies_sql}) GROUP BY 1 ORDER BY 1"
     ).to_pylist()
-    ops = _copy_ops(source, scoped)
+    ops = _copy_ops(source, copies_sql)
     return {
         str(r["dir"]): Copies(
             count=int(r["n"]),
@@ -132,16 +147,16 @@ def copies(source: Source, scoped: str, gpu_ns: int) -> dict[str, Copies]:
     }
 
 
-def _copy_ops(source: Source, scoped: str) -> dict[str, list[CopyOpTally]]:
+def _copy_ops(source: Source, copies_sql: str) -> dict[str, list[CopyOpTally]]:
     """Per direction, the operators (and the annotation around them) that issued the copies, most time first."""
     rows = source.frame(
         "SELECT coalesce(c.copy_kind, 'Unknown') AS dir, coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
         "count(*) AS count, total(c.dur_ns) AS dur_ns, total(c.bytes) AS bytes, "
         "min(c.event_id) AS first "
-        f"FROM ({scoped}) c LEFT JOIN gpu_texts o ON o.h = c.op_h LEFT JOIN labels l ON l.name = o.text "
+        f"FROM ({copies_sql}) c LEFT JOIN gpu_texts o ON o.h = c.op_h LEFT JOIN labels l ON l.name = o.text "
         "LEFT JOIN copy_nodes n ON n.trace_id = c.trace_id AND n.event_id = c.event_id "
         "LEFT JOIN regions r ON r.trace_id = n.trace_id AND r.event_id = n.node "
-        "WHERE c.kind = 'memcpy' GROUP BY ALL ORDER BY dir, dur_ns DESC, count DESC, first",
+        "GROUP BY ALL ORDER BY dir, dur_ns DESC, count DESC, first",
         [NO_OP],
     )
     out: dict[str, list[CopyOpTally]] = {}
@@ -162,7 +177,7 @@ def launch_facts(source: Source, scoped: str) -> LaunchFacts:
     f = source.arrow(
         "WITH k AS (SELECT coalesce(n.nccl, false) AS nccl, dur_ns, queue_ns, occupancy_pct, "
         f"launch_end_ns - launch_start_ns AS api FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h "
-        "WHERE kind = 'kernel') SELECT count(*) AS kernels, count(api) AS launched, "
+        f"WHERE k = {KERNEL}) SELECT count(*) AS kernels, count(api) AS launched, "
         "count(*) FILTER (WHERE dur_ns < api) AS tiny, median(dur_ns) FILTER (WHERE dur_ns < api) AS tiny_med, "
         "median(api) AS api_med, median(queue_ns) AS queue_med, count(queue_ns) AS queued, "
         "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_w, "
@@ -171,7 +186,7 @@ def launch_facts(source: Source, scoped: str) -> LaunchFacts:
     ).to_pylist()[0]
     tiny = source.arrow(
         f"WITH g AS (SELECT name_h, count(*) AS n, min(event_id) AS first FROM ({scoped}) "
-        "WHERE kind = 'kernel' AND dur_ns < launch_end_ns - launch_start_ns GROUP BY 1) "
+        f"WHERE k = {KERNEL} AND dur_ns < launch_end_ns - launch_start_ns GROUP BY 1) "
         "SELECT coalesce(t.text, 'None') AS name, isum(g.n) AS n, min(g.first) AS first FROM g "
         "LEFT JOIN gpu_texts t ON t.h = g.name_h GROUP BY 1 ORDER BY n DESC, first LIMIT 3"
     ).to_pylist()
@@ -193,9 +208,9 @@ def launch_facts(source: Source, scoped: str) -> LaunchFacts:
 def occupancy_limiters(source: Source, scoped: str) -> dict[str, int]:
     """Execution time of the occupancy-judged kernels (not NCCL) per limiter, largest first."""
     rows = source.arrow(
-        "SELECT CAST(occupancy_limiter AS VARCHAR) AS lim, total(dur_ns) AS t "
-        f"FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h WHERE kind = 'kernel' "
-        "AND occupancy_pct IS NOT NULL AND occupancy_limiter IS NOT NULL AND NOT coalesce(n.nccl, false) "
+        "SELECT t.text AS lim, total(s.dur_ns) AS t "
+        f"FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h JOIN gpu_texts t ON t.h = s.limiter_h "
+        f"WHERE s.k = {KERNEL} AND s.occupancy_pct IS NOT NULL AND NOT coalesce(n.nccl, false) "
         "GROUP BY 1 ORDER BY t DESC, lim"
     ).to_pylist()
     return {str(r["lim"]): int(r["t"]) for r in rows}

@@ -86,12 +86,19 @@ def measure(
 ) -> tuple[list[ScopeStats], Trees]:
     """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
+    withins = [f"in_scope_{k}" for k in range(len(scopes))]
+    for name, segments in zip(withins, windows, strict=True):
+        source.within(name, segments[0], segments[1])
+    G.prepare_texts(source)
+    source.table("scoped_gpu", G.scoped_rows(withins))
+    source.table("scoped_copies", G.scoped_copies(withins))
     Y.prepare_calls(source)
     sweeps = B.sweep(
         source,
         "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL",
         "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL",
         windows,
+        "SELECT device, start_ns, end_ns, launch_end_ns FROM scoped_gpu",
     )
     calls = L.scan(source, facts, trace_codes(source))
     query, traces = tree_stream(source, facts, calls)
@@ -101,15 +108,11 @@ def measure(
     else:
         trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
-    withins = [f"in_scope_{k}" for k in range(len(scopes))]
-    for name, segments in zip(withins, windows, strict=True):
-        source.within(name, segments[0], segments[1])
-    G.prepare_texts(source)
-    source.table("scoped_gpu", G.scoped_rows(withins))
     out = [
         _measure(source, facts, scope, withins[k], trees, k, sweeps[k], thresholds) for k, scope in enumerate(scopes)
     ]
     source.run("DROP TABLE scoped_gpu")
+    source.run("DROP TABLE scoped_copies")
     source.run("DROP TABLE gpu_texts")
     return out, trees
 
@@ -137,7 +140,7 @@ def _measure(
         ops=trees.op_table(k),
         nvtx=trees.nvtx_table(k),
         kernels=G.kernel_table(source, scoped),
-        memcpy=G.copies(source, scoped, gpu_ns),
+        memcpy=G.copies(source, G.scope_rows("scoped_copies", k), gpu_ns),
         sync=Y.tally(source, calls, facts.last_anchor),
         launch=launch,
     )
