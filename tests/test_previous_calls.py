@@ -20,10 +20,10 @@ from traceconv.analyses.source import Source
 from .conftest import fixture, fixture_files
 
 WINDOW = (
-    "SELECT thread, event_id, prev_id, prev_dur FROM (SELECT thread, event_id, blocks, "
+    "SELECT w.thread, w.event_id, w.prev_id, w.prev_dur FROM (SELECT thread, event_id, "
     "lag(event_id) OVER t AS prev_id, lag(dur_ns) OVER t AS prev_dur FROM api_calls "
-    "WINDOW t AS (PARTITION BY thread ORDER BY start_ns, coalesce(end_ns, 0), event_id)) "
-    "WHERE blocks AND prev_id IS NOT NULL"
+    "WINDOW t AS (PARTITION BY thread ORDER BY start_ns, coalesce(end_ns, 0), event_id)) w "
+    "SEMI JOIN blocking_calls b ON b.thread = w.thread AND b.event_id = w.event_id WHERE w.prev_id IS NOT NULL"
 )
 TRACES = [
     *fixture_files("nsys/h200", ["buggy.sqlite", "fixed.sqlite"]),

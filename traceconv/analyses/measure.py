@@ -201,7 +201,7 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
         + (" WHERE r.kind <> 'cuda_api'" if calls is not None else ""),
     )
     with L.launch_lookup(source, calls) as call_pid:
-        _gpu_nodes(source, call_pid)
+        _gpu_nodes(source, call_pid, calls is not None)
         _per_range_sums(source, f"{call_pid('event_id')} IS NULL")  # the calls' sums go to their parents
         if calls is not None:
             L.add_gpu(source, calls, traces[0], call_pid)
@@ -215,20 +215,30 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     return ranges_query(), traces
 
 
-def _gpu_nodes(source: Source, call_pid: Callable[[str], str]) -> None:
+def _gpu_nodes(source: Source, call_pid: Callable[[str], str], few_ranges: bool) -> None:
     """The table ``tree_gpu``: the GPU rows with their launching call and their operator among the
-    host ranges (``call_pid``: SQL for the process of a call kept out of ``tree_ranges``)."""
-    # One join per statement (with both joins in one, DuckDB 2.0 runs out of budgets of 384-512 MB
-    # that it does not run out of at 256 MB: it holds both hash tables instead of partitioning them).
-    source.table(
-        "tree_gpu_launch",
+    host ranges (``call_pid``: SQL for the process of a call kept out of ``tree_ranges``). With
+    ``few_ranges`` (the calls kept out: at most the structure's ranges), one statement joins both;
+    else one join per statement (with both joins in one, DuckDB 2.0 runs out of budgets of 384-512 MB
+    that it does not run out of at 256 MB: it holds both hash tables instead of partitioning them)."""
+    launched = (
         "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
         "coalesce(rl.event_id, CASE WHEN g.cp IS NOT NULL THEN g.launch_event_id END) AS launch_node, "
         "coalesce(rl.pid, g.cp) AS launch_pid, g.op_event_id "
         f"FROM (SELECT *, {call_pid('launch_event_id')} AS cp FROM events "
         "WHERE kind IN ('kernel', 'memcpy', 'memset')) g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
-        "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id",
+        "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id"
     )
+    op_node = f"coalesce(ro.event_id, CASE WHEN {call_pid('g.op_event_id')} IS NOT NULL THEN g.op_event_id END)"
+    nodes = (
+        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
+        "FROM {launched} g LEFT JOIN {ops} ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
+        f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL"
+    )
+    if few_ranges:
+        source.table("tree_gpu", nodes.format(launched=f"({launched})", ops="tree_ranges"))
+        return
+    source.table("tree_gpu_launch", launched)
     # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
     source.table(
         "tree_ops",
@@ -236,13 +246,7 @@ def _gpu_nodes(source: Source, call_pid: Callable[[str], str]) -> None:
         "(SELECT DISTINCT tc, op_event_id FROM tree_gpu_launch WHERE op_event_id IS NOT NULL) o "
         "ON o.tc = r.tc AND o.op_event_id = r.event_id",
     )
-    op_node = f"coalesce(ro.event_id, CASE WHEN {call_pid('g.op_event_id')} IS NOT NULL THEN g.op_event_id END)"
-    source.table(
-        "tree_gpu",
-        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
-        "FROM tree_gpu_launch g LEFT JOIN tree_ops ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
-        f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL",
-    )
+    source.table("tree_gpu", nodes.format(launched="tree_gpu_launch", ops="tree_ops"))
     source.run("DROP TABLE tree_ops")
     source.run("DROP TABLE tree_gpu_launch")
 

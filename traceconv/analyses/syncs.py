@@ -36,10 +36,10 @@ BUCKET_GROWS = 16
 
 
 def prepare_calls(source: Source) -> None:
-    """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread and
-    whether they block, no text: read from the events once, for the queries here and the busy
-    sweep's), ``blocking_calls`` (those that block, with their names) and ``sync_calls``: every
-    host-blocking sync of the input, classified (see the module)."""
+    """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread, no
+    text: read from the events once, for the queries here and the busy sweep's), ``blocking_calls``
+    (those that block, with their names) and ``sync_calls``: every host-blocking sync of the input,
+    classified (see the module)."""
     names = [n for k, n in host_names(source) if k == "cuda_api"]
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
     source.register(
@@ -53,19 +53,14 @@ def prepare_calls(source: Source) -> None:
             }
         ),
     )
-    calls = (
-        "SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread, coalesce(n.blocks, false) AS blocks "
-        f"FROM ({HOST_RANGES}) a LEFT JOIN api_names n USING (name) WHERE a.kind = 'cuda_api'"
-    )
+    calls = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
     # Every call as integers only (millions of rows: what the search for the calls before the
     # blocking ones and the busy sweep read), and the blocking calls (a few thousand) with their names.
-    source.table(
-        "api_calls",
-        f"SELECT event_id, start_ns, end_ns, dur_ns, correlation_id, thread, blocks FROM ({calls})",
-    )
+    source.table("api_calls", f"SELECT event_id, start_ns, end_ns, dur_ns, thread FROM ({calls})")
     source.table(
         "blocking_calls",
-        f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({calls}) WHERE blocks",
+        f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({calls}) "
+        "WHERE name IN (SELECT name FROM api_names WHERE blocks)",
     )
     _previous_calls(source)
     source.table(
@@ -87,7 +82,9 @@ def prepare_calls(source: Source) -> None:
         "UNION ALL SELECT coalesce(trace_id, '') AS trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, "
         "false, NULL, 0, true FROM events s WHERE kind = 'sync' "
         "AND (sync_type IS NULL OR sync_type <> 'stream_wait_event') AND NOT (correlation_id IS NOT NULL "
-        "AND EXISTS (SELECT 1 FROM api_calls a WHERE a.correlation_id = s.correlation_id))",
+        # (the calls probe a hash of the sync rows' ids: far fewer than the calls)
+        "AND correlation_id IN (SELECT a.correlation_id FROM events a SEMI JOIN (SELECT correlation_id FROM events "
+        "WHERE kind = 'sync') y USING (correlation_id) WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL))",
     )
 
 
