@@ -102,9 +102,10 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
             s = batch.column(0).to_numpy().astype(np.int64)
             e = batch.column(1).to_numpy().astype(np.int64)
             c = batch.column(2).to_numpy()
-            for level, union in enumerate(unions):
+            for level, union in enumerate(unions[:-1]):
                 keep = c <= level
                 union.add(s[keep], e[keep])
+            unions[-1].add(s, e)  # every set
     covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
     lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
@@ -162,8 +163,15 @@ class _Union:
     def _count(self, starts: I.I64, ends: I.I64) -> None:
         if not len(starts):
             return
+        n = len(ends)
         for k, (ws, we) in enumerate(self.windows):
-            self.covered[k] += int((I.covered_below(ws, we, ends) - I.covered_below(ws, we, starts)).sum())
+            if len(ws) == 1:  # one window: each segment clipped to it
+                span = int(we[0] - ws[0])
+                inside = np.clip(ends - ws[0], 0, span) - np.clip(starts - ws[0], 0, span)
+            else:
+                below = I.covered_below(ws, we, np.concatenate([ends, starts]))
+                inside = below[:n] - below[n:]
+            self.covered[k] += int(inside.sum())
 
 
 def _device_order(dev: object) -> tuple[int, str]:
