@@ -291,15 +291,16 @@ def _parquet_view(paths: Sequence[Path]) -> str:
     from traceconv import dataset
 
     files = [p for p in paths if not Path(p).is_dir()]
-    reads = [f"read_parquet([{', '.join(_literal(p) for p in files)}], union_by_name = true)"] if files else []
+    reads = [f"read_parquet([{', '.join(literal(p) for p in files)}], union_by_name = true)"] if files else []
     types = f"{{'{dataset.PARTITION}': INTEGER}}"  # the schema's rank, int32, whatever the path says
     for folder in (Path(p) for p in paths if Path(p).is_dir()):
-        parts = _literal(folder / dataset.PART_GLOB)
+        parts = literal(folder / dataset.PART_GLOB)
         reads.append(f"read_parquet({parts}, hive_partitioning = true, hive_types = {types})")
     return " UNION ALL BY NAME ".join(f"SELECT * FROM {r}" for r in reads)
 
 
-def _literal(path: Path | str) -> str:
+def literal(path: Path | str) -> str:
+    """A text (a path, a name) as an SQL string literal."""
     return f"'{_quoted(str(path))}'"
 
 

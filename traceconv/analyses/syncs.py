@@ -21,7 +21,7 @@ import pandas as pd
 
 from traceconv.analyses.prepare import HOST_RANGES, NO_OP, host_names
 from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, literal
 
 SYNC_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event|Ctx|Thread)Synchronize"
@@ -53,6 +53,7 @@ def prepare_calls(source: Source) -> None:
             }
         ),
     )
+    blocking = ", ".join(["NULL", *(literal(n) for n, p in zip(names, plain, strict=True) if n and SYNC_CALL.match(p))])
     calls = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
     # Every call as integers only (millions of rows: what the search for the calls before the
     # blocking ones and the busy sweep read), and the blocking calls (a few thousand) with their names.
@@ -60,7 +61,8 @@ def prepare_calls(source: Source) -> None:
     source.table(
         "blocking_calls",
         f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({calls}) "
-        "WHERE name IN (SELECT name FROM api_names WHERE blocks)",
+        # the names as literals: the scan tests them once per distinct name, not per row
+        f"WHERE name IN ({blocking})",
     )
     _previous_calls(source)
     source.table(
