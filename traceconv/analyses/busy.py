@@ -99,13 +99,16 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
         for batch in source.batches(clipped, BATCH_ROWS):
             if not batch.num_rows:
                 continue
-            s = batch.column(0).to_numpy().astype(np.int64)
-            e = batch.column(1).to_numpy().astype(np.int64)
+            s = np.asarray(batch.column(0).to_numpy(), np.int64)
+            e = np.asarray(batch.column(1).to_numpy(), np.int64)
             c = batch.column(2).to_numpy()
-            for level, union in enumerate(unions[:-1]):
+            unions[-1].add(s, e)  # every set
+            below = c < len(SETS) - 1  # the rest of the levels on the rows of the sets before the last
+            s, e, c = s[below], e[below], c[below]
+            for level, union in enumerate(unions[:-2]):
                 keep = c <= level
                 union.add(s[keep], e[keep])
-            unions[-1].add(s, e)  # every set
+            unions[-2].add(s, e)
     covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
     lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
