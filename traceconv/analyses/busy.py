@@ -8,7 +8,7 @@ Y the syncs and A the CUDA calls, busy is |B|, queued |B u Q| - |B|, host sync
 intervals of all four sets by start; they come back a batch at a time, and each union is
 merged as they pass (a running maximum of the ends: a new segment starts where an interval
 starts after every earlier one ended), carried over from batch to batch. The time line is cut
-into slices of about :data:`SLICE_ROWS` intervals (at quantiles of the starts), each sorted on
+into slices of about :data:`SLICE_ROWS` intervals (at quantiles of a sample of the starts), each sorted on
 its own with its intervals clipped to it: a union's time is the sum of its time in each slice,
 and no sort holds more than a slice, however long the trace. One pass for every scope together,
 whatever the number of kernels and calls. The host's sets count for every device.

@@ -230,13 +230,16 @@ def _gpu_nodes(source: Source, call_pid: Callable[[str], str], few_ranges: bool)
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id"
     )
     op_node = f"coalesce(ro.event_id, CASE WHEN {call_pid('g.op_event_id')} IS NOT NULL THEN g.op_event_id END)"
-    nodes = (
-        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
-        "FROM {launched} g LEFT JOIN {ops} ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
-        f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL"
-    )
+
+    def nodes(gpu: str, ops: str) -> str:  # the GPU rows with a launch node (``gpu``) and their operator
+        return (
+            f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
+            f"FROM {gpu} g LEFT JOIN {ops} ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
+            f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL"
+        )
+
     if few_ranges:
-        source.table("tree_gpu", nodes.format(launched=f"({launched})", ops="tree_ranges"))
+        source.table("tree_gpu", nodes(f"({launched})", "tree_ranges"))
         return
     source.table("tree_gpu_launch", launched)
     # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
@@ -246,7 +249,7 @@ def _gpu_nodes(source: Source, call_pid: Callable[[str], str], few_ranges: bool)
         "(SELECT DISTINCT tc, op_event_id FROM tree_gpu_launch WHERE op_event_id IS NOT NULL) o "
         "ON o.tc = r.tc AND o.op_event_id = r.event_id",
     )
-    source.table("tree_gpu", nodes.format(launched="tree_gpu_launch", ops="tree_ops"))
+    source.table("tree_gpu", nodes("tree_gpu_launch", "tree_ops"))
     source.run("DROP TABLE tree_ops")
     source.run("DROP TABLE tree_gpu_launch")
 
