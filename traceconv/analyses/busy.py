@@ -164,17 +164,14 @@ class _Union:
         return self.covered
 
     def _count(self, starts: I.I64, ends: I.I64) -> None:
+        """Adds the time of the segments ``[starts, ends)`` (sorted, disjoint) inside each scope's
+        windows: how much of them lies below each window's end, less below its start (a binary
+        search per window edge among the segments, not per segment among the windows)."""
         if not len(starts):
             return
-        n = len(ends)
         for k, (ws, we) in enumerate(self.windows):
-            if len(ws) == 1:  # one window: each segment clipped to it
-                span = int(we[0] - ws[0])
-                inside = np.clip(ends - ws[0], 0, span) - np.clip(starts - ws[0], 0, span)
-            else:
-                below = I.covered_below(ws, we, np.concatenate([ends, starts]))
-                inside = below[:n] - below[n:]
-            self.covered[k] += int(inside.sum())
+            below = I.covered_below(starts, ends, np.concatenate([we, ws]))
+            self.covered[k] += int((below[: len(we)] - below[len(we) :]).sum())
 
 
 def _device_order(dev: object) -> tuple[int, str]:
