@@ -150,10 +150,10 @@ class _Union:
         if not len(s):
             return
         if self.open is not None:
-            s, e = np.r_[self.open[0], s], np.r_[self.open[1], e]
+            s, e = np.concatenate(([self.open[0]], s)), np.concatenate(([self.open[1]], e))
         reach = np.maximum.accumulate(e)
-        heads = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
-        ends = reach[np.r_[heads[1:] - 1, len(s) - 1]]
+        heads = np.flatnonzero(np.concatenate(([True], s[1:] > reach[:-1])))
+        ends = reach[np.concatenate((heads[1:] - 1, [len(s) - 1]))]
         self.open = (int(s[heads[-1]]), int(ends[-1]))
         self._count(s[heads[:-1]], ends[:-1])
 

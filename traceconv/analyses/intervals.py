@@ -51,7 +51,7 @@ def covered_below(seg_start: I64, seg_end: I64, times: I64) -> I64:
     """For each time, how much of the sorted, disjoint segments lies before it (a running total)."""
     if len(seg_start) == 0:
         return np.zeros(len(times), np.int64)
-    before = np.r_[0, np.cumsum(seg_end - seg_start)]
+    before = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
     idx = np.searchsorted(seg_start, times, side="right") - 1
     at = np.maximum(idx, 0)
     partial = np.minimum(times - seg_start[at], seg_end[at] - seg_start[at])

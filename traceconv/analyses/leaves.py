@@ -294,11 +294,11 @@ def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64) -> bool:
     """Whether, thread by thread, each call starts once the one before it (in the file) ended."""
     order = np.argsort(thread, kind="stable")
     t, s, e = thread[order], s2[order], e2[order]
-    head = np.r_[True, t[1:] != t[:-1]]
+    head = np.concatenate(([True], t[1:] != t[:-1]))
     if bool((s[1:][~head[1:]] < e[:-1][~head[1:]]).any()):
         return False
     heads = np.flatnonzero(head)
-    tails = np.r_[heads[1:] - 1, len(t) - 1]
+    tails = np.concatenate((heads[1:] - 1, [len(t) - 1]))
     for th, first, last in zip(t[heads].tolist(), s[heads].tolist(), e[tails].tolist(), strict=True):
         if first < calls.last_end.get(th, first):
             return False
