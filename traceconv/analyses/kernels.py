@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from traceconv.analyses import metrics as U
 from traceconv.analyses.common import Data
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, literals
 from traceconv.errors import UsageError
 
 # The columns of per_launch(), in the order of NVIDIA's cuda_kern_exec_trace.
@@ -81,7 +81,7 @@ def _launches_sql(kinds: Sequence[str], ordered: bool = True, pid: bool = True) 
     launching row's pid is looked up by ``launch_event_id``; other sources fall back on the row's
     own pid).
     """
-    wanted = ", ".join("'" + k.replace("'", "''") + "'" for k in kinds)
+    wanted = literals(kinds)
     api = "SELECT coalesce(trace_id, '') AS trace_id, event_id, pid FROM events WHERE kind = 'cuda_api'"
     if not pid:
         api += " AND false"

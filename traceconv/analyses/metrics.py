@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, literals
 
 # nsys metric names (TARGET_INFO_GPU_METRICS, Hopper set of nsys 2025.3) -> keys.
 KEYS = {
@@ -90,8 +90,7 @@ def scope_means(source: Source, start_ns: I.I64 | None = None, end_ns: I.I64 | N
 
 
 def _names_sql(keys: Sequence[str]) -> str:
-    names = [n for n, k in KEYS.items() if k in keys]
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
+    return literals(n for n, k in KEYS.items() if k in keys)
 
 
 def per_kernel(source: Source, keys: Sequence[str] = PER_NAME) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +302,11 @@ def _parquet_view(paths: Sequence[Path]) -> str:
 def literal(path: Path | str) -> str:
     """A text (a path, a name) as an SQL string literal."""
     return f"'{_quoted(str(path))}'"
+
+
+def literals(texts: Iterable[str]) -> str:
+    """Texts as a comma-separated list of SQL string literals (for ``IN (...)``; empty for none)."""
+    return ", ".join(literal(t) for t in texts)
 
 
 def _quoted(text: str) -> str:

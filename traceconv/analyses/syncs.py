@@ -21,7 +21,7 @@ import pandas as pd
 
 from traceconv.analyses.prepare import HOST_RANGES, NO_OP, host_names
 from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
-from traceconv.analyses.source import Source, literal
+from traceconv.analyses.source import Source, literals
 
 SYNC_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event|Ctx|Thread)Synchronize"
@@ -53,7 +53,7 @@ def prepare_calls(source: Source) -> None:
             }
         ),
     )
-    blocking = ", ".join(["NULL", *(literal(n) for n, p in zip(names, plain, strict=True) if n and SYNC_CALL.match(p))])
+    blocking = literals(n for n, p in zip(names, plain, strict=True) if n and SYNC_CALL.match(p)) or "NULL"
     calls = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
     # Every call as integers only (millions of rows: what the search for the calls before the
     # blocking ones and the busy sweep read), and the blocking calls (a few thousand) with their names.
