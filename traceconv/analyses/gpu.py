@@ -14,7 +14,7 @@ import pandas as pd
 
 from traceconv.analyses.prepare import NO_OP
 from traceconv.analyses.results import Copies, CopyOpTally, LaunchFacts
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, Within
 
 TOP_OPS = 5
 GPU = (
@@ -62,21 +62,22 @@ def prepare_texts(source: Source) -> None:
     raise RuntimeError(f"{SALTS} hashes of the GPU rows' texts all collide")  # 64-bit: never
 
 
-def scoped_rows(withins: list[str]) -> str:
+def scoped_rows(withins: list[Within]) -> str:
     """The GPU rows with what the scopes' queries read, and ``in_K``: whether the row's anchor lies in
-    scope K (``withins[K]``: the SQL function of :meth:`Source.within`). Materialised once, so that
-    each scope's aggregates scan a table of the Source's database instead of the Parquet, each
-    calling the Python window test on every row again. Needs :func:`prepare_texts`."""
-    return f"SELECT {SCOPED_COLUMNS}{_flags(withins)} FROM ({GPU})"
+    scope K (``withins[K]``, of :meth:`Source.within`). Materialised once, so that each scope's
+    aggregates scan a table of the Source's database instead of the Parquet, each joining the
+    windows again. Needs :func:`prepare_texts`."""
+    return _flagged(SCOPED_COLUMNS, f"({GPU})", withins)
 
 
-def scoped_copies(withins: list[str]) -> str:
+def scoped_copies(withins: list[Within]) -> str:
     """The copies (memcpy rows) as :func:`scoped_rows` has the GPU rows, with what copies have."""
-    return f"SELECT {COPY_COLUMNS}{_flags(withins)} FROM ({GPU}) WHERE kind = 'memcpy'"
+    return _flagged(COPY_COLUMNS, f"(SELECT * FROM ({GPU}) WHERE kind = 'memcpy')", withins)
 
 
-def _flags(withins: list[str]) -> str:
-    return "".join(f", {within}(anchor) AS in_{k}" for k, within in enumerate(withins))
+def _flagged(columns: str, rows: str, withins: list[Within]) -> str:
+    flags = "".join(f", {w.test('g.anchor')} AS in_{k}" for k, w in enumerate(withins))
+    return f"SELECT {columns}{flags} FROM {rows} g{''.join(w.join('g.anchor') for w in withins)}"
 
 
 def scope_rows(table: str, k: int) -> str:
@@ -84,10 +85,9 @@ def scope_rows(table: str, k: int) -> str:
     return f"SELECT * FROM {table} WHERE in_{k}"
 
 
-def in_scope(rows_sql: str, within: str, time: str) -> str:
-    """The rows of ``rows_sql`` whose ``time`` lies in the scope's windows (``within``: the SQL
-    function of :meth:`Source.within`)."""
-    return f"SELECT * FROM ({rows_sql}) WHERE {within}({time})"
+def in_scope(rows_sql: str, within: Within, time: str) -> str:
+    """The rows of ``rows_sql`` whose ``time`` lies in the scope's windows."""
+    return f"SELECT r.* FROM ({rows_sql}) r{within.join(f'r.{time}')} WHERE {within.test(f'r.{time}')}"
 
 
 def gpu_time(source: Source, scoped: str) -> int:

@@ -25,7 +25,7 @@ from traceconv.analyses import syncs as Y
 from traceconv.analyses.idle import verdict
 from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, LaunchFacts, Syncs
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, Within
 from traceconv.analyses.thresholds import Thresholds
 from traceconv.analyses.tree import BATCH_ROWS as TREE_BATCH_ROWS
 from traceconv.analyses.tree import KIND_CODES, Trees, walk
@@ -86,9 +86,7 @@ def measure(
 ) -> tuple[list[ScopeStats], Trees]:
     """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
-    withins = [f"in_scope_{k}" for k in range(len(scopes))]
-    for name, segments in zip(withins, windows, strict=True):
-        source.within(name, segments[0], segments[1])
+    withins = [source.within(f"in_scope_{k}", *segments) for k, segments in enumerate(windows)]
     G.prepare_texts(source)
     source.table("scoped_gpu", G.scoped_rows(withins))
     source.table("scoped_copies", G.scoped_copies(withins))
@@ -121,7 +119,7 @@ def _measure(
     source: Source,
     facts: Facts,
     scope: Scope,
-    within: str,
+    within: Within,
     trees: Trees,
     k: int,
     swept: tuple[dict[str, DeviceTime], IdleBreakdown],
