@@ -27,61 +27,69 @@ GPU = (
 )
 
 
-# What the scopes' queries read of each GPU row, with one flag per scope (see :func:`scoped_rows`),
-# numbers only: its texts of many values are kept as hashes (``name_h``, ``short_h``, ``op_h``,
-# ``limiter_h``; texts in ``gpu_texts``), its kind as a code (:data:`KERNEL`, ...); a table of
-# numbers is a third of the time and size of one with the texts. What only copies have (their
-# direction, memory kinds and trace) is in a table of the copies (:data:`COPY_COLUMNS`).
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
-SCOPED_COLUMNS = (
-    f"event_id, CAST(CASE kind WHEN 'kernel' THEN {KERNEL} WHEN 'memcpy' THEN {MEMCPY} ELSE {MEMSET} END AS UTINYINT) "
-    "AS k, th(name) AS name_h, th(short_name) AS short_h, device, start_ns, end_ns, dur_ns, launch_start_ns, "
-    "launch_end_ns, queue_ns, occupancy_pct, th(CAST(occupancy_limiter AS VARCHAR)) AS limiter_h"
-)
-COPY_COLUMNS = "trace_id, event_id, dur_ns, th(op_name) AS op_h, bytes, copy_kind, src_kind, dst_kind"
-_TEXTS = " UNION ".join(
-    f"SELECT {c} AS text FROM ({GPU})" for c in ("name", "short_name", "op_name", "CAST(occupancy_limiter AS VARCHAR)")
-)
-SALTS = 8  # hashes tried, each with another salt, until no two of the texts share one
+GROUPS = "gpu_groups"  # the table of :func:`scope_groups`
 
 
-def prepare_texts(source: Source) -> None:
-    """The table ``gpu_texts`` (``h``: the hash of ``text``; ``nccl``: a NCCL kernel's name) and the
-    macro ``th(x)``, the hash of a text of the GPU rows (null stays null), with the first salt that
-    gives each of their texts a hash of its own (a 64-bit hash: the first one, but for a collision)."""
-    source.table("gpu_text_values", f"SELECT text FROM ({_TEXTS}) WHERE text IS NOT NULL")
-    for salt in range(SALTS):
-        source.table(
-            "gpu_texts",
-            f"SELECT hash(text, {salt}) AS h, text, starts_with(lower(text), 'nccl') AS nccl FROM gpu_text_values",
-        )
-        if source.scalar("SELECT count(DISTINCT h) = count(*) FROM gpu_texts"):
-            source.run("DROP TABLE gpu_text_values")
-            source.run(f"CREATE OR REPLACE MACRO th(x) AS CASE WHEN x IS NULL THEN NULL ELSE hash(x, {salt}) END")
-            return
-    raise RuntimeError(f"{SALTS} hashes of the GPU rows' texts all collide")  # 64-bit: never
+def scope_groups(withins: list[Within]) -> str:
+    """The GPU rows summed per kind (``k``: :data:`KERNEL`, ...), name, occupancy limiter and the
+    scopes they lie in (``in_K``: the row's anchor lies in scope K, ``withins[K]``), with what each
+    scope's figures add up: a few thousand groups in one pass over the file, where a table of the rows
+    (written out once, then read by each query) cost several times as long. The medians are
+    :func:`medians`."""
+    return (
+        f"SELECT CAST(CASE kind WHEN 'kernel' THEN {KERNEL} WHEN 'memcpy' THEN {MEMCPY} ELSE {MEMSET} END AS UTINYINT) "
+        "AS k, name, CAST(occupancy_limiter AS VARCHAR) AS limiter, "
+        + "".join(f"{w.test('g.anchor')} AS in_{k}, " for k, w in enumerate(withins))
+        + "count(*) AS n, count(api) AS n_api, count(queue_ns) AS n_queue, total(dur_ns) AS dur, "
+        "total(queue_ns) AS queue, count(*) FILTER (WHERE dur_ns < api) AS n_tiny, "
+        "min(event_id) FILTER (WHERE dur_ns < api) AS tiny_first, "
+        "arg_min(short_name, event_id) FILTER (WHERE short_name IS NOT NULL) AS short_name, "
+        "min(event_id) FILTER (WHERE short_name IS NOT NULL) AS short_first, "
+        f"sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER ({_OCC}) AS occ_w, "
+        f"sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER ({_OCC}) AS occ_t, count(*) FILTER ({_OCC}) AS occ_n, "
+        f"CAST(sum(dur_ns) FILTER ({_OCC}) AS BIGINT) AS occ_dur "
+        f"FROM ({_ROWS}) g{_joins(withins)} GROUP BY ALL"
+    )
 
 
-def scoped_rows(withins: list[Within]) -> str:
-    """The GPU rows with what the scopes' queries read, and ``in_K``: whether the row's anchor lies in
-    scope K (``withins[K]``, of :meth:`Source.within`). Materialised once, so that each scope's
-    aggregates scan a table of the Source's database instead of the Parquet, each joining the
-    windows again. Needs :func:`prepare_texts`."""
-    return _flagged(SCOPED_COLUMNS, f"({GPU})", withins)
+_ROWS = f"SELECT *, launch_end_ns - launch_start_ns AS api FROM ({GPU})"
+_OCC = "WHERE occupancy_pct IS NOT NULL"
+MEDIANS = ("tiny_med", "api_med", "queue_med")  # what :func:`medians` gives each scope
+
+
+def medians(source: Source, withins: list[Within]) -> list[dict[str, Any]]:
+    """Per scope, the kernels' medians: execution time of those shorter than their launch call,
+    launch call time, queue time (one pass for every scope)."""
+    of = ("dur_ns", "api", "queue_ns")
+    picks = ", ".join(
+        f"median({x}) FILTER (WHERE in_{k}{' AND dur_ns < api' if m == 'tiny_med' else ''}) AS {m}_{k}"
+        for k in range(len(withins))
+        for m, x in zip(MEDIANS, of, strict=True)
+    )
+    flags = "".join(f", {w.test('g.anchor')} AS in_{k}" for k, w in enumerate(withins))
+    row = source.arrow(
+        f"SELECT {picks} FROM (SELECT dur_ns, api, queue_ns{flags} FROM ({_ROWS}) g{_joins(withins)} "
+        "WHERE kind = 'kernel')"
+    ).to_pylist()[0]
+    return [{m: row[f"{m}_{k}"] for m in MEDIANS} for k in range(len(withins))]
+
+
+def _joins(withins: list[Within]) -> str:
+    return "".join(w.join("g.anchor") for w in withins)
 
 
 def scoped_copies(withins: list[Within]) -> str:
-    """The copies (memcpy rows) as :func:`scoped_rows` has the GPU rows, with what copies have."""
-    return _flagged(COPY_COLUMNS, f"(SELECT * FROM ({GPU}) WHERE kind = 'memcpy')", withins)
-
-
-def _flagged(columns: str, rows: str, withins: list[Within]) -> str:
+    """The copies (memcpy rows) with what copies have, and ``in_K`` as :func:`scope_groups` has it."""
     flags = "".join(f", {w.test('g.anchor')} AS in_{k}" for k, w in enumerate(withins))
-    return f"SELECT {columns}{flags} FROM {rows} g{''.join(w.join('g.anchor') for w in withins)}"
+    return (
+        f"SELECT trace_id, event_id, dur_ns, op_name, bytes, copy_kind, src_kind, dst_kind{flags} "
+        f"FROM (SELECT * FROM ({GPU}) WHERE kind = 'memcpy') g{_joins(withins)}"
+    )
 
 
 def scope_rows(table: str, k: int) -> str:
-    """The rows of scope ``k`` of a :func:`scoped_rows` or :func:`scoped_copies` table."""
+    """The rows (or groups) of scope ``k`` of a :func:`scoped_copies` or :func:`scope_groups` table."""
     return f"SELECT * FROM {table} WHERE in_{k}"
 
 
@@ -90,24 +98,18 @@ def in_scope(rows_sql: str, within: Within, time: str) -> str:
     return f"SELECT r.* FROM ({rows_sql}) r{within.join(f'r.{time}')} WHERE {within.test(f'r.{time}')}"
 
 
-def gpu_time(source: Source, scoped: str) -> int:
-    return int(source.scalar(f"SELECT total(dur_ns) FROM ({scoped})"))
+def gpu_time(source: Source, groups: str) -> int:
+    """The summed durations of a scope's GPU rows (``groups``: its :func:`scope_groups`)."""
+    return int(source.scalar(f"SELECT total(dur) FROM ({groups})"))
 
 
-def kernel_table(source: Source, scoped: str) -> pd.DataFrame:
+def kernel_table(source: Source, groups: str) -> pd.DataFrame:
     """Kernels per name: count, execution total and mean, queue total and mean, share of the kernels' time."""
     out = source.frame(
-        # per hash of the name, then per name as shown (a kernel named "(unnamed)" and unnamed ones are one)
-        "WITH g AS (SELECT name_h, count(*) AS count, total(dur_ns) AS dur_ns, total(queue_ns) AS queue_ns, "
-        "count(queue_ns) AS queued, arg_min(short_h, event_id) FILTER (WHERE short_h IS NOT NULL) AS short_h, "
-        "min(event_id) FILTER (WHERE short_h IS NOT NULL) AS short_first, "
-        "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_w, "
-        "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occupancy_pct IS NOT NULL) AS occ_t "
-        f"FROM ({scoped}) WHERE k = {KERNEL} GROUP BY 1) "
-        "SELECT coalesce(n.text, '(unnamed)') AS name, isum(g.count) AS count, isum(g.dur_ns) AS dur_ns, "
-        "isum(g.queue_ns) AS queue_ns, isum(g.queued) AS queued, arg_min(s.text, g.short_first) AS short_name, "
-        "sum(g.occ_w) AS occ_w, sum(g.occ_t) AS occ_t FROM g LEFT JOIN gpu_texts n ON n.h = g.name_h "
-        "LEFT JOIN gpu_texts s ON s.h = g.short_h GROUP BY 1"
+        # a kernel named "(unnamed)" and unnamed ones are one
+        "SELECT coalesce(name, '(unnamed)') AS name, isum(n) AS count, isum(dur) AS dur_ns, isum(queue) AS queue_ns, "
+        "isum(n_queue) AS queued, arg_min(short_name, short_first) AS short_name, sum(occ_w) AS occ_w, "
+        f"sum(occ_t) AS occ_t FROM ({groups}) WHERE k = {KERNEL} GROUP BY 1"
     )
     out["occupancy_pct"] = (out["occ_w"] / out["occ_t"].where(out["occ_t"] > 0)).astype("float64")
     out["avg_ns"] = out["dur_ns"] / out["count"]
@@ -153,7 +155,7 @@ def _copy_ops(source: Source, copies_sql: str) -> dict[str, list[CopyOpTally]]:
         "SELECT coalesce(c.copy_kind, 'Unknown') AS dir, coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
         "count(*) AS count, total(c.dur_ns) AS dur_ns, total(c.bytes) AS bytes, "
         "min(c.event_id) AS first "
-        f"FROM ({copies_sql}) c LEFT JOIN gpu_texts o ON o.h = c.op_h LEFT JOIN labels l ON l.name = o.text "
+        f"FROM ({copies_sql}) c LEFT JOIN labels l ON l.name = c.op_name "
         "LEFT JOIN copy_nodes n ON n.trace_id = c.trace_id AND n.event_id = c.event_id "
         "LEFT JOIN regions r ON r.trace_id = n.trace_id AND r.event_id = n.node "
         "GROUP BY ALL ORDER BY dir, dur_ns DESC, count DESC, first",
@@ -172,48 +174,36 @@ def _region(region: Any, op: Any) -> str | None:
     return str(region) if region and region != op else None
 
 
-def launch_facts(source: Source, scoped: str) -> LaunchFacts:
-    """Kernel launch figures: queue median, kernels shorter than their own launch call, occupancy."""
+def launch_facts(source: Source, groups: str, medians: dict[str, Any]) -> LaunchFacts:
+    """Kernel launch figures: queue median, kernels shorter than their own launch call, occupancy
+    (``groups``: the scope's :func:`scope_groups`; ``medians``: its :func:`medians`)."""
+    kernels = f"SELECT *, coalesce(starts_with(lower(name), 'nccl'), false) AS nccl FROM ({groups}) WHERE k = {KERNEL}"
     f = source.arrow(
-        "WITH k AS (SELECT coalesce(n.nccl, false) AS nccl, dur_ns, queue_ns, occupancy_pct, "
-        f"launch_end_ns - launch_start_ns AS api FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h "
-        f"WHERE k = {KERNEL}) SELECT count(*) AS kernels, count(api) AS launched, "
-        "count(*) FILTER (WHERE dur_ns < api) AS tiny, median(dur_ns) FILTER (WHERE dur_ns < api) AS tiny_med, "
-        "median(api) AS api_med, median(queue_ns) AS queue_med, count(queue_ns) AS queued, "
-        "sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_w, "
-        "sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER (WHERE occ) AS occ_t, count(*) FILTER (WHERE occ) AS occ_n "
-        "FROM (SELECT *, occupancy_pct IS NOT NULL AND NOT nccl AS occ FROM k)"
+        "SELECT total(n) AS kernels, total(n_api) AS launched, total(n_tiny) AS tiny, total(n_queue) AS queued, "
+        "sum(occ_w) FILTER (WHERE NOT nccl) AS occ_w, sum(occ_t) FILTER (WHERE NOT nccl) AS occ_t, "
+        f"CAST(coalesce(sum(occ_n) FILTER (WHERE NOT nccl), 0) AS BIGINT) AS occ_n FROM ({kernels})"
     ).to_pylist()[0]
     tiny = source.arrow(
-        f"WITH g AS (SELECT name_h, count(*) AS n, min(event_id) AS first FROM ({scoped}) "
-        f"WHERE k = {KERNEL} AND dur_ns < launch_end_ns - launch_start_ns GROUP BY 1) "
-        "SELECT coalesce(t.text, 'None') AS name, isum(g.n) AS n, min(g.first) AS first FROM g "
-        "LEFT JOIN gpu_texts t ON t.h = g.name_h GROUP BY 1 ORDER BY n DESC, first LIMIT 3"
+        f"SELECT coalesce(name, 'None') AS name, isum(n_tiny) AS n, min(tiny_first) AS first FROM ({kernels}) "
+        "WHERE n_tiny > 0 GROUP BY 1 ORDER BY n DESC, first LIMIT 3"
+    ).to_pylist()
+    limiters = source.arrow(
+        f"SELECT limiter AS lim, total(occ_dur) AS t FROM ({kernels}) WHERE limiter IS NOT NULL AND NOT nccl "
+        "AND occ_n > 0 GROUP BY 1 ORDER BY t DESC, lim"
     ).to_pylist()
     return LaunchFacts(
         kernels=int(f["kernels"]),
         launched=int(f["launched"]),
         shorter_than_launch=int(f["tiny"]),
-        tiny_median_ns=_round(f["tiny_med"]),
-        launch_median_ns=_round(f["api_med"]),
+        tiny_median_ns=_round(medians["tiny_med"]),
+        launch_median_ns=_round(medians["api_med"]),
         tiny_names={str(r["name"]): int(r["n"]) for r in tiny},
-        queue_median_ns=_round(f["queue_med"]),
+        queue_median_ns=_round(medians["queue_med"]),
         queued=int(f["queued"]),
         occupancy_pct=float(f["occ_w"] / f["occ_t"]) if f["occ_t"] else None,
         occupancy_kernels=int(f["occ_n"]),
-        occupancy_limiters=occupancy_limiters(source, scoped),
+        occupancy_limiters={str(r["lim"]): int(r["t"]) for r in limiters},
     )
-
-
-def occupancy_limiters(source: Source, scoped: str) -> dict[str, int]:
-    """Execution time of the occupancy-judged kernels (not NCCL) per limiter, largest first."""
-    rows = source.arrow(
-        "SELECT t.text AS lim, total(s.dur_ns) AS t "
-        f"FROM ({scoped}) s LEFT JOIN gpu_texts n ON n.h = s.name_h JOIN gpu_texts t ON t.h = s.limiter_h "
-        f"WHERE s.k = {KERNEL} AND s.occupancy_pct IS NOT NULL AND NOT coalesce(n.nccl, false) "
-        "GROUP BY 1 ORDER BY t DESC, lim"
-    ).to_pylist()
-    return {str(r["lim"]): int(r["t"]) for r in rows}
 
 
 def _round(v: Any) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -87,17 +88,20 @@ def measure(
     """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
     withins = [source.within(f"in_scope_{k}", *segments) for k, segments in enumerate(windows)]
-    G.prepare_texts(source)
-    source.table("scoped_gpu", G.scoped_rows(withins))
+    source.table(G.GROUPS, G.scope_groups(withins))
+    kernel_medians = G.medians(source, withins)
     source.table("scoped_copies", G.scoped_copies(withins))
     Y.prepare_calls(source)
+    # what the sweep reads of the GPU rows, once per slice of the time line: a table, not the file
+    source.table("gpu_spans", B.GPU_TIMES)
     sweeps = B.sweep(
         source,
         "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL",
         "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL",
         windows,
-        "SELECT device, start_ns, end_ns, launch_end_ns FROM scoped_gpu",
+        "SELECT * FROM gpu_spans",
     )
+    source.run("DROP TABLE gpu_spans")
     calls = L.scan(source, facts, trace_codes(source))
     query, traces = tree_stream(source, facts, calls)
     if calls is not None:  # the calls are leaves: they were found their parents on the way
@@ -107,11 +111,11 @@ def measure(
         trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
     out = [
-        _measure(source, facts, scope, withins[k], trees, k, sweeps[k], thresholds) for k, scope in enumerate(scopes)
+        _measure(source, facts, scope, withins[k], trees, k, (sweeps[k], kernel_medians[k]), thresholds)
+        for k, scope in enumerate(scopes)
     ]
-    source.run("DROP TABLE scoped_gpu")
+    source.run(f"DROP TABLE {G.GROUPS}")
     source.run("DROP TABLE scoped_copies")
-    source.run("DROP TABLE gpu_texts")
     return out, trees
 
 
@@ -122,13 +126,13 @@ def _measure(
     within: Within,
     trees: Trees,
     k: int,
-    swept: tuple[dict[str, DeviceTime], IdleBreakdown],
+    passes: tuple[tuple[dict[str, DeviceTime], IdleBreakdown], dict[str, Any]],  # the sweep's, the medians'
     thresholds: Thresholds,
 ) -> ScopeStats:
-    scoped = G.scope_rows("scoped_gpu", k)
-    gpu_ns = G.gpu_time(source, scoped)
-    launch = G.launch_facts(source, scoped)
-    busy, idle = swept
+    groups = G.scope_rows(G.GROUPS, k)
+    gpu_ns = G.gpu_time(source, groups)
+    (busy, idle), kernel_medians = passes
+    launch = G.launch_facts(source, groups, kernel_medians)
     calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", within, "start_ns")
     return ScopeStats(
         scope=scope,
@@ -137,7 +141,7 @@ def _measure(
         gpu_time_ns=gpu_ns,
         ops=trees.op_table(k),
         nvtx=trees.nvtx_table(k),
-        kernels=G.kernel_table(source, scoped),
+        kernels=G.kernel_table(source, groups),
         memcpy=G.copies(source, G.scope_rows("scoped_copies", k), gpu_ns),
         sync=Y.tally(source, calls, facts.last_anchor),
         launch=launch,
