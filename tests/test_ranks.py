@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from traceconv.analyses import ranks as R
 from traceconv.analyses.inputs import open_source
+from traceconv.analyses.ranks import units as U
 from traceconv.analyses.ranks.calls import bus_factor
 from traceconv.cli import main
 
@@ -186,6 +187,14 @@ def test_a_known_clock_shift_is_recovered(tmp_path: Path) -> None:
     assert moved.clock_offsets_ns["1"] == pytest.approx(-1_234_567_000, abs=5_000)
     assert [c.skew_ns for c in moved.collectives] == pytest.approx([c.skew_ns for c in plain.collectives], abs=5_000)
     assert [c.last_rank for c in moved.collectives] == [c.last_rank for c in plain.collectives]
+
+
+@pytest.mark.parametrize("names", [DDP, HTA, (NSYS,), DDP[:1]], ids=["ddp", "hta", "nsys", "one"])
+def test_the_count_of_ranks_is_that_of_units(tmp_path: Path, names: tuple[str, ...]) -> None:
+    """``summary`` asks how many ranks there are without finding out who each one is."""
+    with open_source([_rank_dir(tmp_path, names)]) as src:
+        assert U.count(src) == len(U.units(src)) == (1 if len(names) == 1 and names != (NSYS,) else 2)
+        assert R.several(src) == (U.count(src) > 1)
 
 
 def test_one_rank_has_no_collectives_to_match() -> None:

@@ -63,7 +63,7 @@ def analyse(
 
 def several(source: Source) -> bool:
     """Whether the input holds more than one rank (``summary`` then shows them rank by rank)."""
-    return len(U.units(source)) > 1
+    return U.count(source) > 1
 
 
 def as_dict(report: RanksReport) -> dict[str, Any]:

@@ -63,6 +63,18 @@ class Unit:
         return f"{base}/gpu{self.device}" if self.many_devices else base
 
 
+def count(source: Source) -> int:
+    """How many :func:`units` the input has (one per trace, process and device with GPU rows), without
+    finding out who each one is."""
+    c = {name: name if source.has(name) else "NULL" for name in IDENTITY}
+    return int(
+        source.scalar(
+            f"SELECT count(*) FROM (SELECT DISTINCT {c['trace_id']}, {c['pid']}, {c['device']} "
+            f"FROM events WHERE {GPU_KINDS})"
+        )
+    )
+
+
 def units(source: Source) -> list[Unit]:
     """Every (trace, process, device) with GPU rows, in rank order (ranks without a number last)."""
     c = {name: name if source.has(name) else "NULL" for name in IDENTITY}
