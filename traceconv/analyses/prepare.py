@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -64,14 +65,17 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     step_re = step_regex(step_pattern)
     names, label_names = labels(source, step_re)
     source.register("labels", names)
-    last_end = source.scalar(f"SELECT max(end_ns) FROM ({HOST_RANGES})")
-    last_anchor = source.scalar(
-        "SELECT max(coalesce(launch_start_ns, start_ns)) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
-    )
+    host = source.arrow(f"SELECT min(start_ns) AS first, max(end_ns) AS last FROM ({HOST_RANGES})").to_pylist()[0]
+    last_end = host["last"]
+    gpu = source.arrow(
+        "SELECT min(start_ns) AS first, max(end_ns) AS last, max(coalesce(launch_start_ns, start_ns)) "
+        "FILTER (WHERE kind <> 'sync') AS anchor FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'sync')"
+    ).to_pylist()[0]
+    last_anchor = gpu["anchor"]
     sources = _source(source)
     return Facts(
         source=sources,
-        window=_window(source),
+        window=_window(host, gpu),
         steps=find_steps(_step_ranges(source, last_end)),
         program=_program(source, sources),
         labels=names,
@@ -129,17 +133,13 @@ def _source(source: Source) -> str:
     return "+".join(sorted(str(v) for v in values)) or "unknown"
 
 
-def _window(source: Source) -> tuple[int, int]:
-    """From the first start to the last end of the GPU rows, host ranges and sync rows."""
-    rows = source.con.execute(
-        f"WITH r AS ({HOST_RANGES}) SELECT min(s), max(e) FROM ("
-        "SELECT start_ns s, end_ns e FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'sync') "
-        "UNION ALL SELECT start_ns, coalesce(end_ns, (SELECT max(end_ns) FROM r)) FROM r)"
-    ).fetchall()
-    row = rows[0] if rows else None
-    if row is None or row[0] is None or row[1] is None:
-        return 0, 0
-    return int(row[0]), int(row[1])
+def _window(host: dict[str, Any], gpu: dict[str, Any]) -> tuple[int, int]:
+    """From the first start to the last end of the GPU rows, host ranges and sync rows (``host``: the
+    host ranges' first start and last end; ``gpu``: the GPU and sync rows'). A host range that never
+    ended ends at the last end of any: it moves no edge."""
+    starts = [int(v) for v in (host["first"], gpu["first"]) if v is not None]
+    ends = [int(v) for v in (host["last"], gpu["last"]) if v is not None]
+    return (min(starts), max(ends)) if starts and ends else (0, 0)
 
 
 def _program(source: Source, sources: str) -> Program:
