@@ -19,7 +19,7 @@ from traceconv.analyses import leaves as L
 from traceconv.analyses import measure as M
 from traceconv.analyses import summary as SM
 from traceconv.analyses.common import load
-from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.prepare import INPUT_COLUMNS, host_extents
 from traceconv.analyses.source import Source
 
 from .conftest import fixture, fixture_files
@@ -65,6 +65,32 @@ def test_the_leaves_path_gives_the_summary_of_the_sorted_stream(path: Path, monk
     used = _both(load(path, columns=INPUT_COLUMNS), monkeypatch)
     if Path(path).name.startswith(("buggy", "fixed", "autograd_nvtx", "ddp_rank0", "train_buggy")):
         assert used  # the comparison is not vacuous where it matters: real calls under real ranges
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: Path(p).name)
+def test_host_extents_are_those_of_the_rows(path: Path) -> None:
+    """The calls' pass and the window read the host ranges' extents from one grouped query: each
+    class's count, ids and times, as the rows (the CUDA calls apart) say."""
+    table = load(path, columns=INPUT_COLUMNS)
+    kind, device = table["kind"], table["device"]
+    host = pc.and_(
+        pc.and_(pc.is_in(kind, pa.array(["cpu_op", "nvtx", "cuda_api"])), pc.is_valid(table["start_ns"])),
+        pc.or_(pc.is_null(device), pc.not_equal(kind, "nvtx")),
+    )
+    want = {}
+    for calls in (True, False):
+        rows = table.filter(pc.and_(host, pc.equal(pc.equal(kind, "cuda_api"), calls)))
+        if rows.num_rows:
+            want[calls] = {
+                "n": rows.num_rows,
+                "first_id": pc.min(rows["event_id"]).as_py(),
+                "first": pc.min(rows["start_ns"]).as_py(),
+                "last_id": pc.max(rows["event_id"]).as_py(),
+                "last_start": pc.max(rows["start_ns"]).as_py(),
+                "last": pc.max(rows["end_ns"]).as_py(),
+            }
+    with Source(table) as source:
+        assert host_extents(source) == want
 
 
 def test_calls_inside_calls_take_the_sorted_stream(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,7 +34,7 @@ import pyarrow as pa
 from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
+from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, host_extents
 from traceconv.analyses.source import Source
 from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
 
@@ -200,18 +200,15 @@ def _plan(source: Source, traces: list[str]) -> tuple[int, int, int, int] | None
     """(first and last call event id, earliest start, latest time) where the calls may be taken as leaves."""
     if len(traces) != 1:
         return None
-    got = source.arrow(
-        "SELECT count(*) FILTER (WHERE kind = 'cuda_api') AS calls, "
-        "count(*) FILTER (WHERE kind <> 'cuda_api') AS others, "
-        "min(event_id) FILTER (WHERE kind = 'cuda_api') AS first_id, "
-        "max(event_id) FILTER (WHERE kind = 'cuda_api') AS last_id, "
-        f"min(start_ns) AS base, greatest(max(end_ns), max(start_ns)) AS top FROM ({HOST_RANGES})"
-    ).to_pylist()[0]
-    calls, others, first_id, last_id, base, top = got.values()
-    if not calls or calls < RATIO * others or others > MOST_STRUCTURE:
+    extents = host_extents(source)
+    calls, others = extents.get(True), extents.get(False, {"n": 0})["n"]
+    if calls is None or calls["n"] < RATIO * others or others > MOST_STRUCTURE:
         return None
-    if last_id - first_id + 1 > 4 * calls + (1 << 16):  # the calls' ids must be dense enough to index by
+    first_id, last_id = calls["first_id"], calls["last_id"]
+    if last_id - first_id + 1 > 4 * calls["n"] + (1 << 16):  # the calls' ids must be dense enough to index by
         return None
+    base = min(x["first"] for x in extents.values())
+    top = max(t for x in extents.values() for t in (x["last"], x["last_start"]) if t is not None)
     return int(first_id), int(last_id), int(base), int(top)
 
 

@@ -65,7 +65,11 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     step_re = step_regex(step_pattern)
     names, label_names = labels(source, step_re)
     source.register("labels", names)
-    host = source.arrow(f"SELECT min(start_ns) AS first, max(end_ns) AS last FROM ({HOST_RANGES})").to_pylist()[0]
+    extents = host_extents(source).values()
+    host = {
+        "first": min((x["first"] for x in extents if x["first"] is not None), default=None),
+        "last": max((x["last"] for x in extents if x["last"] is not None), default=None),
+    }
     last_end = host["last"]
     gpu = source.arrow(
         "SELECT min(start_ns) AS first, max(end_ns) AS last, max(coalesce(launch_start_ns, start_ns)) "
@@ -86,15 +90,40 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
 
 
 def host_names(source: Source) -> list[tuple[str, str | None]]:
-    """Each distinct (kind, name) of the host ranges, read once per Source (for the labels, the
-    program and the CUDA calls of the syncs)."""
+    """Each distinct (kind, name) of the host ranges (for the labels, the program and the CUDA calls
+    of the syncs)."""
+    return [(r["kind"], r["name"]) for r in _host_groups(source)]
 
-    def read() -> list[tuple[str, str | None]]:
-        rows = source.arrow(f"SELECT DISTINCT kind, name FROM ({HOST_RANGES})")
-        return list(zip(rows["kind"].to_pylist(), rows["name"].to_pylist(), strict=True))
 
-    names: list[tuple[str, str | None]] = source.kept("host_names", read)
-    return names
+def host_extents(source: Source) -> dict[bool, dict[str, Any]]:
+    """The host ranges' extents, the CUDA calls' (True) apart from the others' (False), for the window
+    and the calls' pass: ``n`` ranges, their ``first_id`` and ``last_id``, ``first`` start,
+    ``last_start`` and ``last`` end (None: no range ended)."""
+    out: dict[bool, dict[str, Any]] = {}
+    for calls in (True, False):
+        rows = [r for r in _host_groups(source) if (r["kind"] == "cuda_api") == calls]
+        if rows:
+            out[calls] = {"n": sum(r["n"] for r in rows)} | {
+                k: pick(v for r in rows if (v := r[k]) is not None)
+                for k, pick in (("first_id", min), ("last_id", max), ("first", min), ("last_start", max))
+            }
+            out[calls]["last"] = max((v for r in rows if (v := r["last"]) is not None), default=None)
+    return out
+
+
+def _host_groups(source: Source) -> list[dict[str, Any]]:
+    """The host ranges per (kind, name) with their extents, read once per Source."""
+
+    def read() -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = source.arrow(
+            "SELECT kind, name, count(*) AS n, min(event_id) AS first_id, max(event_id) AS last_id, "
+            f"min(start_ns) AS first, max(start_ns) AS last_start, max(end_ns) AS last FROM ({HOST_RANGES}) "
+            "GROUP BY ALL"
+        ).to_pylist()
+        return rows
+
+    groups: list[dict[str, Any]] = source.kept("host_groups", read)
+    return groups
 
 
 def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list[str]]:
