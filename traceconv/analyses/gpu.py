@@ -39,9 +39,8 @@ def scope_groups(withins: list[Within]) -> str:
     :func:`medians`."""
     return (
         f"SELECT CAST(CASE kind WHEN 'kernel' THEN {KERNEL} WHEN 'memcpy' THEN {MEMCPY} ELSE {MEMSET} END AS UTINYINT) "
-        "AS k, name, CAST(occupancy_limiter AS VARCHAR) AS limiter, "
-        + "".join(f"{w.test('g.anchor')} AS in_{k}, " for k, w in enumerate(withins))
-        + "count(*) AS n, count(api) AS n_api, count(queue_ns) AS n_queue, total(dur_ns) AS dur, "
+        f"AS k, name, CAST(occupancy_limiter AS VARCHAR) AS limiter{_flags(withins)}, "
+        "count(*) AS n, count(api) AS n_api, count(queue_ns) AS n_queue, total(dur_ns) AS dur, "
         "total(queue_ns) AS queue, count(*) FILTER (WHERE dur_ns < api) AS n_tiny, "
         "min(event_id) FILTER (WHERE dur_ns < api) AS tiny_first, "
         "arg_min(short_name, event_id) FILTER (WHERE short_name IS NOT NULL) AS short_name, "
@@ -67,12 +66,16 @@ def medians(source: Source, withins: list[Within]) -> list[dict[str, Any]]:
         for k in range(len(withins))
         for m, x in zip(MEDIANS, of, strict=True)
     )
-    flags = "".join(f", {w.test('g.anchor')} AS in_{k}" for k, w in enumerate(withins))
     row = source.arrow(
-        f"SELECT {picks} FROM (SELECT dur_ns, api, queue_ns{flags} FROM ({_ROWS}) g{_joins(withins)} "
+        f"SELECT {picks} FROM (SELECT dur_ns, api, queue_ns{_flags(withins)} FROM ({_ROWS}) g{_joins(withins)} "
         "WHERE kind = 'kernel')"
     ).to_pylist()[0]
     return [{m: row[f"{m}_{k}"] for m in MEDIANS} for k in range(len(withins))]
+
+
+def _flags(withins: list[Within]) -> str:
+    """``, in_K`` for each scope: whether the row's anchor lies in it (after :func:`_joins`)."""
+    return "".join(f", {w.test('g.anchor')} AS in_{k}" for k, w in enumerate(withins))
 
 
 def _joins(withins: list[Within]) -> str:
@@ -81,9 +84,8 @@ def _joins(withins: list[Within]) -> str:
 
 def scoped_copies(withins: list[Within]) -> str:
     """The copies (memcpy rows) with what copies have, and ``in_K`` as :func:`scope_groups` has it."""
-    flags = "".join(f", {w.test('g.anchor')} AS in_{k}" for k, w in enumerate(withins))
     return (
-        f"SELECT trace_id, event_id, dur_ns, op_name, bytes, copy_kind, src_kind, dst_kind{flags} "
+        f"SELECT trace_id, event_id, dur_ns, op_name, bytes, copy_kind, src_kind, dst_kind{_flags(withins)} "
         f"FROM (SELECT * FROM ({GPU}) WHERE kind = 'memcpy') g{_joins(withins)}"
     )
 
