@@ -42,18 +42,18 @@ def prepare_calls(source: Source) -> None:
     classified (see the module)."""
     names = [n for k, n in host_names(source) if k == "cuda_api"]
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
+    # the blocking calls by their names, as literals: the scan tests them once per distinct name, not per row
+    blocking = literals(n for n, p in zip(names, plain, strict=True) if n and SYNC_CALL.match(p)) or "NULL"
     source.register(
         "api_names",
         pd.DataFrame(
             {
                 "name": pd.Series(names, dtype=object),
                 "plain": pd.Series(plain, dtype=object),
-                "blocks": np.array([bool(SYNC_CALL.match(p)) for p in plain], dtype=bool),  # typed when empty
-                "stream_sync": np.array([bool(STREAM_SYNC.match(p)) for p in plain], dtype=bool),
+                "stream_sync": np.array([bool(STREAM_SYNC.match(p)) for p in plain], dtype=bool),  # typed when empty
             }
         ),
     )
-    blocking = literals(n for n, p in zip(names, plain, strict=True) if n and SYNC_CALL.match(p)) or "NULL"
     calls = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
     # Every call as integers only (millions of rows: what the search for the calls before the
     # blocking ones and the busy sweep read), and the blocking calls (a few thousand) with their names.
@@ -61,7 +61,6 @@ def prepare_calls(source: Source) -> None:
     source.table(
         "blocking_calls",
         f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({calls}) "
-        # the names as literals: the scan tests them once per distinct name, not per row
         f"WHERE name IN ({blocking})",
     )
     _previous_calls(source)
