@@ -6,6 +6,7 @@ whose calls share start times (ties broken by end, then event id)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,9 +45,23 @@ TIED = (
 )
 
 
+def _blocking(table: pa.Table) -> set[int]:
+    """The event ids of the calls that block, by the module's pattern over each row's name."""
+    calls = table.filter(pc.and_(pc.equal(table["kind"], "cuda_api"), pc.is_valid(table["start_ns"])))
+    return {
+        e
+        for e, n in zip(calls["event_id"].to_pylist(), calls["name"].to_pylist(), strict=True)
+        if n and Y.SYNC_CALL.match(re.sub(r"_v\d+$", "", n))
+    }
+
+
 def _check(table: pa.Table, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Compares at every bucket width; the number of blocking calls that start with the call before them."""
+    """Compares at every bucket width (and the blocking calls with the rows' names); the number of
+    blocking calls that start with the call before them."""
     tied = 0
+    with Source(table) as source:
+        Y.prepare_calls(source)
+        assert set(source.arrow("SELECT event_id FROM blocking_calls")["event_id"].to_pylist()) == _blocking(table)
     for width in BUCKETS:
         monkeypatch.setattr(Y, "FIRST_BUCKET_NS", width)
         with Source(table) as source:
