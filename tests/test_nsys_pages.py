@@ -111,6 +111,20 @@ def test_hand_made_rowid_alias_gaps_and_ranges(tmp_path: Path) -> None:
     assert got["id"].to_pylist() == [7, 14, 21, 28, 42, 49, 56, 63]
 
 
+def test_hand_made_rowids_of_every_varint_length_and_columns_of_one_serial_type(tmp_path: Path) -> None:
+    # Varints of 1 to 9 bytes (negative rowids take 9); columns whose values in a batch all have
+    # one serial type: only the constants 0 and 1, one width (8 bytes), all NULL.
+    limits = {(1 << 63) - 1, -(1 << 63)}
+    rowids = sorted({s * (1 << (7 * k)) + d for k in range(9) for d in (0, 1) for s in (1, -1)} | limits)
+    rows = [(r, i % 2, (1 << 40) + i, None, 5) for i, r in enumerate(rowids)]
+    schema = "CREATE TABLE t (id INTEGER PRIMARY KEY, flag INTEGER, wide INTEGER, empty INTEGER, small INTEGER)"
+    path = _table(tmp_path / "varints.sqlite", schema, rows)
+    got, want, paged = _both_ways(path, "t", ["wide", "id", "flag", "empty", "small"])
+    assert paged == 1 and got.equals(want)
+    assert got["id"].to_pylist() == rowids and got["empty"].null_count == len(rows)
+    assert got["flag"].to_pylist() == [i % 2 for i in range(len(rows))]
+
+
 @pytest.mark.parametrize(
     ("what", "value"),
     [("a real", 2.5), ("a text", "12x"), ("a blob", b"\x00\x01")],

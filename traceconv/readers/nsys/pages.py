@@ -160,30 +160,40 @@ class Pages:
         wanted_set = set(wanted)
         for k in range(columns):
             st = buf[record + (1 + k)]
+            lo, hi = (int(st.min()), int(st.max())) if len(st) else (0, 0)
             if k in wanted_set:
-                got = _integers(windows, at, st, rowid if k == alias else None)
+                got = _integers(windows, at, st, (lo, hi), rowid if k == alias else None)
                 if got is None:
                     return None
                 found[k] = got
-            at += WIDTHS[st]
+            if lo == hi:  # one serial type: one width (most columns of a batch)
+                at += WIDTHS[lo]
+            else:
+                at += WIDTHS[st]
         if not bool((at - record == payload).all()):
             return None  # a record is exactly its payload
         return pa.table([found[k] for k in wanted], names=[str(k) for k in wanted])
 
 
-def _integers(windows: np.ndarray, at: I64, st: np.ndarray, rowid: I64 | None) -> pa.Array | None:
-    """One column's values (serial types ``st``, starting at ``at``) as int64; the rowid where the
-    column is its alias (stored as NULL); None where a value is not an integer (a real, text, blob)."""
+def _integers(
+    windows: np.ndarray, at: I64, st: np.ndarray, extent: tuple[int, int], rowid: I64 | None
+) -> pa.Array | None:
+    """One column's values (serial types ``st``, from ``extent[0]`` to ``extent[1]``, starting at
+    ``at``) as int64; the rowid where the column is its alias (stored as NULL); None where a value
+    is not an integer (a real, text, blob)."""
+    lo, hi = extent
     if rowid is not None:
-        return pa.array(rowid) if not bool(st.any()) else None
-    if not bool(INTEGER[st].all()):
+        return pa.array(rowid) if hi == 0 else None
+    if hi > 9 or (lo <= 7 <= hi and bool((st == 7).any())):
         return None
+    if lo >= 8:  # only the constants 0 and 1, which take no bytes
+        return pa.array(st.astype(np.int64) - 8)
+    if lo == hi != 0:  # one width, every value present
+        return pa.array(windows[at].astype(np.int64) >> int(SHIFTS[lo]))
     values = windows[at].astype(np.int64) >> SHIFTS[st]
-    small = st >= 8  # the constants 0 and 1, which take no bytes
-    if bool(small.any()):
-        values = np.where(small, st.astype(np.int64) - 8, values)
-    nulls = st == 0
-    return pa.array(values, mask=nulls) if bool(nulls.any()) else pa.array(values)
+    if hi >= 8:
+        values = np.where(st >= 8, st.astype(np.int64) - 8, values)
+    return pa.array(values, mask=st == 0) if lo == 0 else pa.array(values)
 
 
 def _read_into(fd: int, view: memoryview, offset: int) -> None:
@@ -218,20 +228,22 @@ def _be(buf: np.ndarray, at: I64, width: int) -> I64:
 
 
 def _varints(buf: np.ndarray, at: I64) -> tuple[I64, I64]:
-    """SQLite varints at ``at``: (values, lengths in bytes). Up to 8 bytes of 7 bits, a ninth of 8."""
-    value = np.zeros(len(at), dtype=np.int64)
-    length = np.zeros(len(at), dtype=np.int64)
-    todo = np.arange(len(at))
-    for i in range(9):
-        if not len(todo):
+    """SQLite varints at ``at``: (values, lengths in bytes). Up to 8 bytes of 7 bits, a ninth of 8.
+
+    Every varint is read a byte at a time in step, over whole arrays (no gathering of those still
+    going on: a table's varints are of one or two lengths, so few steps are taken)."""
+    b = buf[at]
+    value = (b & 0x7F).astype(np.int64)
+    length = np.ones(len(at), dtype=np.int64)
+    more = b >= 0x80
+    for i in range(1, 9):
+        if not bool(more.any()):
             break
-        b = buf[at[todo] + i].astype(np.int64)
-        if i == 8:
-            value[todo] = (value[todo] << 8) | b
-            length[todo] = 9
-            break
-        value[todo] = (value[todo] << 7) | (b & 0x7F)
-        more = b >= 0x80
-        length[todo[~more]] = i + 1
-        todo = todo[more]
+        b = buf[at + i]
+        if i == 8:  # the ninth byte: all 8 bits
+            value = np.where(more, (value << 8) | b, value)
+        else:
+            value = np.where(more, (value << 7) | (b & 0x7F), value)
+        length += more
+        more &= b >= 0x80
     return value, length
