@@ -25,7 +25,7 @@ from traceconv.analyses import measure as M
 from traceconv.analyses import source as SRC
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.common import load
-from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.prepare import HOST_RANGES, INPUT_COLUMNS
 from traceconv.analyses.source import Source
 from traceconv.analyses.summary import as_dict, summarize
 from traceconv.errors import ResourceError
@@ -33,7 +33,7 @@ from traceconv.errors import ResourceError
 from .conftest import fixture
 
 SYNC = "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
-API = "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL"
+API = f"SELECT start_ns AS s, end_ns AS e FROM ({HOST_RANGES}) WHERE kind = 'cuda_api' AND end_ns IS NOT NULL"
 # The GPU rows and their queued spans, written here apart from busy.py's queries.
 GPU_ROWS = (
     "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, start_ns AS s, end_ns AS e FROM events "
@@ -109,10 +109,11 @@ def test_the_sweep_equals_an_independent_count(
     monkeypatch.setattr(B, "_slices", counted)
     with Source(load(fixture(rel), columns=INPUT_COLUMNS)) as source:
         Y.prepare_calls(source)
+        Y.classify(source)  # the syncs classified: what the independent count reads
         lo, hi = source.arrow("SELECT min(start_ns) AS lo, max(end_ns) AS hi FROM events").to_pylist()[0].values()
         windows = _windows(int(lo), int(hi))
         want_busy, want_causes = _independent(source, windows)
-        got = B.sweep(source, SYNC, API, windows)
+        got = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, windows)  # what the summary's sweep reads
     if slice_rows < B.SLICE_ROWS:
         assert max(slices) > 3  # the time line was cut into slices
     assert sum(c for k in want_causes for c in k) > 0 and any(v[0] for v in want_busy.values())  # not vacuous

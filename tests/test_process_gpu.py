@@ -65,6 +65,7 @@ def _compare(table: pa.Table, monkeypatch: pytest.MonkeyPatch) -> int:
         with Source(table) as source:
             facts = prepare(source)
             Y.prepare_calls(source)
+            Y.classify(source)
             M.tree_stream(source, facts)
             got = _sums(source, "SELECT * FROM tree_process")
             assert got == _sums(source, DIRECT), width

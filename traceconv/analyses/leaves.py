@@ -79,6 +79,11 @@ class Calls:
     wanted_row: list[I64] = field(default_factory=list)  # parents of the calls whose region is asked for
     wanted_key: list[tuple[str, int]] = field(default_factory=list)  # and those calls' keys
     last_end: dict[int, int] = field(default_factory=dict)  # thread hash -> the doubled end of its last call
+    # The calls whose previous call on their thread is wanted (sorted event ids), the last call
+    # (event id, duration) of each thread so far, and the (call, previous call, its duration) found.
+    blocking: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    last_call: dict[int, tuple[int, int]] = field(default_factory=dict)
+    previous: list[tuple[I64, I64, I64]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.dur, self.count, self.gpu = (np.zeros(len(self.structure.event_id), np.int64) for _ in range(3))
@@ -104,14 +109,23 @@ class Calls:
         self.wanted_row.append(parent[asked])
         self.wanted_key += [(trace, e) for e in eid[asked].tolist()]
 
+    def previous_calls(self) -> pa.Table:
+        """For each call of ``blocking`` after the first of its thread: ``event_id``, the call before it
+        on its thread (``prev_id``: in the file's order, which on each thread is start order, as the
+        calls were checked to follow one another) and that call's duration (``prev_dur``, 0 if none)."""
+        found = [np.concatenate(c) if c else np.zeros(0, np.int64) for c in zip(*self.previous, strict=True)]
+        cols = found or [np.zeros(0, np.int64)] * 3
+        return pa.table(dict(zip(("event_id", "prev_id", "prev_dur"), cols, strict=True)))
+
     def leaves(self) -> Leaves:
         rows = np.concatenate(self.wanted_row) if self.wanted_row else np.zeros(0, np.int64)
         return Leaves(dur=self.dur, count=self.count, gpu=self.gpu, wanted_row=rows, wanted_key=self.wanted_key)
 
 
-def scan(source: Source, facts: Facts, traces: list[str]) -> Calls | None:
+def scan(source: Source, facts: Facts, traces: list[str], blocking: I64 | None = None) -> Calls | None:
     """The calls read once, in the file's order, to their parents; None where they cannot all be
-    taken as leaves (see the module)."""
+    taken as leaves (see the module). ``blocking``: sorted event ids of calls whose previous call
+    on their thread is wanted (:meth:`Calls.previous_calls`)."""
     plan = _plan(source, traces)
     if plan is None:
         return None
@@ -121,6 +135,8 @@ def scan(source: Source, facts: Facts, traces: list[str]) -> Calls | None:
         return None
     size = last_id - first_id + 1
     calls = Calls(structure, first_id, np.full(size, -2, np.int32), np.full(size, -1, np.int16))
+    if blocking is not None:
+        calls.blocking = blocking
     with source.in_order():
         for batch in source.batches(_calls(facts.last_end), BATCH):
             if not _add_calls(calls, batch):
@@ -246,7 +262,7 @@ def _add_calls(calls: Calls, batch: pa.RecordBatch) -> bool:
     thread, eid, start, end, dur, pid = (np.asarray(batch.column(i).to_numpy(), np.int64) for i in range(6))
     st = calls.structure
     s2, e2 = I.doubled(st.base, start, end)
-    if not _one_after_another(calls, thread, s2, e2):
+    if not _one_after_another(calls, thread, s2, e2, eid, dur):
         return False
     code = np.searchsorted(st.threads, thread)
     known = code < len(st.threads)
@@ -287,8 +303,9 @@ def _codes(known: list[int], values: I64) -> I64:
     return np.array([places[v] for v in distinct.tolist()], np.int64)[inverse]
 
 
-def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64) -> bool:
-    """Whether, thread by thread, each call starts once the one before it (in the file) ended."""
+def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64, eid: I64, dur: I64) -> bool:
+    """Whether, thread by thread, each call starts once the one before it (in the file) ended; and
+    the call before each blocking call of the batch (:meth:`Calls.previous_calls`)."""
     order = np.argsort(thread, kind="stable")
     t, s, e = thread[order], s2[order], e2[order]
     head = np.concatenate(([True], t[1:] != t[:-1]))
@@ -296,11 +313,27 @@ def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64) -> bool:
         return False
     heads = np.flatnonzero(head)
     tails = np.concatenate((heads[1:] - 1, [len(t) - 1]))
-    for th, first, last in zip(t[heads].tolist(), s[heads].tolist(), e[tails].tolist(), strict=True):
+    if len(calls.blocking):
+        _previous(calls, t, eid[order], dur[order], head)
+    ends = zip(t[heads].tolist(), s[heads].tolist(), e[tails].tolist(), order[tails].tolist(), strict=True)
+    for th, first, last, tail in ends:
         if first < calls.last_end.get(th, first):
             return False
         calls.last_end[th] = last
+        calls.last_call[th] = (int(eid[tail]), int(dur[tail]))
     return True
+
+
+def _previous(calls: Calls, t: I64, eid: I64, dur: I64, head: npt.NDArray[np.bool_]) -> None:
+    """The call before each blocking call among ``eid`` (a batch in thread order, ``head``: a thread's
+    first): the row before it, or for a thread's first the thread's last call of the batches before."""
+    at = np.minimum(np.searchsorted(calls.blocking, eid), len(calls.blocking) - 1)
+    hit = np.flatnonzero(calls.blocking[at] == eid)
+    inner = hit[~head[hit]]
+    calls.previous.append((eid[inner], eid[inner - 1], dur[inner - 1]))
+    first = [(int(eid[i]), *calls.last_call[int(t[i])]) for i in hit[head[hit]] if int(t[i]) in calls.last_call]
+    if first:
+        calls.previous.append(tuple(np.array(c, np.int64) for c in zip(*first, strict=True)))  # type: ignore[arg-type]
 
 
 def _open_ancestor(st: Structure, k: I64, s2: I64) -> I64:

@@ -94,15 +94,12 @@ def measure(
     Y.prepare_calls(source)
     # what the sweep reads of the GPU rows, once per slice of the time line: a table, not the file
     source.table("gpu_spans", B.GPU_TIMES)
-    sweeps = B.sweep(
-        source,
-        "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL",
-        "SELECT start_ns AS s, end_ns AS e FROM api_calls WHERE end_ns IS NOT NULL",
-        windows,
-        "SELECT * FROM gpu_spans",
-    )
+    sweeps = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, windows, "SELECT * FROM gpu_spans")
     source.run("DROP TABLE gpu_spans")
-    calls = L.scan(source, facts, trace_codes(source))
+    source.run("DROP TABLE api_spans")
+    calls = L.scan(source, facts, trace_codes(source), Y.blocking_ids(source))
+    # the syncs classified: the call before each blocking one is the calls' pass's where it read them all
+    Y.classify(source, calls.previous_calls() if calls is not None else None)
     query, traces = tree_stream(source, facts, calls)
     if calls is not None:  # the calls are leaves: they were found their parents on the way
         trees = L.walk(source, calls, query, facts, traces, windows)

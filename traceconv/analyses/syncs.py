@@ -17,7 +17,9 @@ import re
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
 
 from traceconv.analyses.prepare import HOST_RANGES, NO_OP, host_names
 from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
@@ -35,11 +37,30 @@ FIRST_BUCKET_NS = 1 << 16  # the time buckets that the call before a blocking on
 BUCKET_GROWS = 16
 
 
+# The sync activity rows that stand for a sync of their own (see the module's docstring).
+_SYNC_ROWS = (
+    "SELECT coalesce(trace_id, '') AS trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name FROM events "
+    "WHERE kind = 'sync' AND (sync_type IS NULL OR sync_type <> 'stream_wait_event') "
+    "AND NOT (correlation_id IS NOT NULL "
+    # (the calls probe a hash of the sync rows' ids: far fewer than the calls)
+    "AND correlation_id IN (SELECT a.correlation_id FROM events a SEMI JOIN (SELECT correlation_id FROM events "
+    "WHERE kind = 'sync') y USING (correlation_id) WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL))"
+)
+# The spans of every sync (blocking calls and sync rows) and of every ended CUDA API call, for the
+# busy sweep: ready once :func:`prepare_calls` has run (before the syncs are classified).
+SYNC_SPANS = (
+    "SELECT start_ns AS s, end_ns AS e FROM (SELECT start_ns, end_ns FROM blocking_calls UNION ALL "
+    "SELECT start_ns, end_ns FROM sync_rows) WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
+)
+API_SPANS = "SELECT start_ns AS s, end_ns AS e FROM api_spans"
+_CALLS = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
+
+
 def prepare_calls(source: Source) -> None:
-    """The tables ``api_calls`` (the CUDA API calls among the host ranges, with their thread, no
-    text: read from the events once, for the queries here and the busy sweep's), ``blocking_calls``
-    (those that block, with their names) and ``sync_calls``: every host-blocking sync of the input,
-    classified (see the module)."""
+    """The tables ``api_names`` (the CUDA API calls' names), ``blocking_calls`` (the calls that
+    block, with their names and thread), ``sync_rows`` (the sync activity rows that are syncs) and
+    ``api_spans`` (the start and end of every ended call: millions of rows, two integers each);
+    :func:`classify` then makes ``sync_calls`` of them."""
     names = [n for k, n in host_names(source) if k == "cuda_api"]
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
     # the blocking calls by their names, as literals: the scan tests them once per distinct name, not per row
@@ -54,16 +75,40 @@ def prepare_calls(source: Source) -> None:
             }
         ),
     )
-    calls = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
-    # Every call as integers only (millions of rows: what the search for the calls before the
-    # blocking ones and the busy sweep read), and the blocking calls (a few thousand) with their names.
-    source.table("api_calls", f"SELECT event_id, start_ns, end_ns, dur_ns, thread FROM ({calls})")
     source.table(
         "blocking_calls",
-        f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({calls}) "
+        f"SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, thread FROM ({_CALLS}) "
         f"WHERE name IN ({blocking})",
     )
-    _previous_calls(source)
+    source.table("sync_rows", _SYNC_ROWS)
+    spans = f"SELECT start_ns, end_ns FROM ({HOST_RANGES}) WHERE kind = 'cuda_api' AND end_ns IS NOT NULL"
+    source.table("api_spans", spans)
+
+
+def blocking_ids(source: Source) -> npt.NDArray[np.int64]:
+    """The event ids of the blocking calls, sorted (for the calls' pass, which finds the call
+    before each of them where it reads every call in order: ``leaves.scan``)."""
+    ids = source.arrow("SELECT DISTINCT event_id FROM blocking_calls ORDER BY event_id")["event_id"]
+    return np.asarray(ids.to_numpy(zero_copy_only=False), np.int64)
+
+
+def classify(source: Source, previous: pa.Table | None = None) -> None:
+    """The table ``sync_calls``: every host-blocking sync of the input, classified (see the
+    module). ``previous``: for each blocking call, the call before it on its thread (``event_id``,
+    ``prev_id``, ``prev_dur``), found by the calls' pass of one trace; None: searched here
+    (:func:`_previous_calls`), over a table of every call."""
+    if previous is None:
+        source.table("api_calls", f"SELECT event_id, start_ns, end_ns, dur_ns, thread FROM ({_CALLS})")
+        _previous_calls(source)
+        source.run("DROP TABLE api_calls")
+    else:  # one trace: an event id names one call
+        source.register("found_previous", previous)
+        source.table(
+            "previous_calls",
+            "SELECT b.thread, p.event_id, p.prev_id, p.prev_dur FROM found_previous p "
+            "JOIN blocking_calls b USING (event_id)",
+        )
+        source.con.unregister("found_previous")
     source.table(
         "sync_calls",
         "WITH staged AS (SELECT coalesce(trace_id, '') AS trace_id, launch_event_id AS event_id, "
@@ -80,12 +125,8 @@ def prepare_calls(source: Source) -> None:
         "CASE WHEN own_size IS NOT NULL THEN own_size WHEN stream_sync THEN prev_size END AS copy_bytes, "
         "CASE WHEN own_size IS NULL AND stream_sync AND prev_size IS NOT NULL THEN coalesce(prev_dur, 0) "
         "ELSE 0 END AS copy_call_ns, false AS activity FROM calls "
-        "UNION ALL SELECT coalesce(trace_id, '') AS trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, "
-        "false, NULL, 0, true FROM events s WHERE kind = 'sync' "
-        "AND (sync_type IS NULL OR sync_type <> 'stream_wait_event') AND NOT (correlation_id IS NOT NULL "
-        # (the calls probe a hash of the sync rows' ids: far fewer than the calls)
-        "AND correlation_id IN (SELECT a.correlation_id FROM events a SEMI JOIN (SELECT correlation_id FROM events "
-        "WHERE kind = 'sync') y USING (correlation_id) WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL))",
+        "UNION ALL SELECT trace_id, event_id, name, start_ns, end_ns, dur_ns, op_name, false, NULL, 0, true "
+        "FROM sync_rows",
     )
 
 
