@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import traceconv
 from traceconv import schema as S
 from traceconv.readers.pytorch.chunker import EventChunks
 from traceconv.readers.pytorch.reader import PytorchReader
@@ -112,6 +113,38 @@ def test_one_worker_and_this_process_share_the_chunks(tmp_path: Path, monkeypatc
     assert parallel.info.notes == single.info.notes
     assert parallel.info.counters == single.info.counters
     assert not os.listdir(tmp_path)
+
+
+def test_workers_start_as_the_chunks_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers are forked as chunks and row groups need them: a trace of fewer chunks than workers
+    forks no more pass-1 workers than it has chunks, nor pass-2 workers than row groups; the
+    result is the single process's."""
+    from traceconv.readers.pytorch import pass2, reader, workers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    started = {"pass1": 0, "pass2": 0}
+
+    def counted(cls: Any, key: str) -> None:
+        real = cls._start
+
+        def start(self: Any) -> int:
+            started[key] += 1
+            return int(real(self))
+
+        monkeypatch.setattr(cls, "_start", start)
+
+    counted(workers.ChunkPool, "pass1")
+    counted(pass2.GroupPool, "pass2")
+    monkeypatch.setattr(reader, "ROW_GROUP_ROWS", 2000)  # several row groups from a small trace
+    path = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
+    chunk = 128 << 10
+    chunks = len(list(EventChunks(path, lambda c: [c], None, chunk)))
+    out = tmp_path / "out"
+    one = traceconv.convert(path, out / "one.parquet", workers=0, chunk_size=chunk)
+    many = traceconv.convert(path, out / "many.parquet", workers=chunks + 4, chunk_size=chunk)
+    assert 1 <= started["pass1"] <= chunks and 1 <= started["pass2"] <= -(-one.rows // 2000)
+    assert (out / "one.parquet").read_bytes() == (out / "many.parquet").read_bytes() and many.rows == one.rows
+    assert os.listdir(tmp_path) == ["out"]
 
 
 def _with_damage(tmp_path: Path, old: bytes, new: bytes) -> Path:

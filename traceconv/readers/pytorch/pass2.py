@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from traceconv.parquet_join import Piece
 from traceconv.readers.pytorch.spill import APPEND, temporary_path
-from traceconv.readers.pytorch.workers import IN_FLIGHT, answer_tasks, start_worker
+from traceconv.readers.pytorch.workers import IN_FLIGHT, answer_tasks, fork_worker, next_worker, start_worker
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -51,42 +50,38 @@ def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connec
 
 
 class GroupPool:
-    """``workers`` forked processes running ``convert``; :meth:`map` yields results in order."""
+    """Up to ``workers`` forked processes running ``convert``, started as row groups come;
+    :meth:`map` yields results in order."""
 
     def __init__(self, workers: int, convert: Convert) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
-        self._convert = convert
+        self._ctx, self._workers, self._convert = ctx, workers, convert
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._files: list[str] = []
         self._fds: list[int] = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: see workers.ChunkPool
-            for _ in range(workers):
-                path = temporary_path()
-                self._files.append(path)
-                parent, child = ctx.Pipe(duplex=True)
-                inherited = [*self._conns, parent]
-                proc = ctx.Process(
-                    target=_serve, args=(child, convert, path, inherited), daemon=True, name="traceconv-pass2"
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
-                self._fds.append(os.open(path, os.O_RDONLY))
+        self._load: list[int] = []  # per worker started: row groups sent and not yet taken
         self.converted_here = 0
+
+    def _start(self) -> int:
+        """Fork the next worker (as row groups come: see ``workers.ChunkPool._start``)."""
+        path = temporary_path()
+        self._files.append(path)
+        self._procs.append(fork_worker(self._ctx, _serve, (self._convert, path), self._conns, "traceconv-pass2"))
+        self._fds.append(os.open(path, os.O_RDONLY))
+        self._load.append(0)
+        return len(self._conns) - 1
 
     def map(self, count: int) -> Iterator[Done]:
         """Row groups 0 .. count-1, converted, in order."""
         pending: deque[tuple[int, int, Any]] = deque()  # (group, worker or -1: here, result done here)
-        load = [0] * len(self._conns)
+        load = self._load
         for group in range(count):
             while pending and (pending[0][1] < 0 or self._conns[pending[0][1]].poll()):
                 yield self._take(pending, load)
-            worker = min(range(len(load)), key=load.__getitem__) if load else -1
+            worker = next_worker(load, self._workers, self._start) if self._workers else -1
             if worker < 0 or load[worker] >= IN_FLIGHT:
                 pending.append((group, -1, self._convert(group)))
                 self.converted_here += 1

@@ -171,6 +171,31 @@ def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str
     convert.out.close_writer()
 
 
+def fork_worker(ctx: Any, serve: Callable[..., None], args: tuple[Any, ...], conns: list[Connection], name: str) -> Any:
+    """Fork a worker running ``serve(its end of a new pipe, *args, the ends it inherits)``; the
+    main process's end is appended to ``conns``, the process returned."""
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() in a process with threads; the children only run
+        # their serve loop, which touches no lock another thread may hold (no logging, no imports).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        parent, child = ctx.Pipe(duplex=True)
+        inherited = [*conns, parent]  # the main process's ends the child gets by fork
+        proc = ctx.Process(target=serve, args=(child, *args, inherited), daemon=True, name=name)
+        proc.start()
+        child.close()
+    conns.append(parent)
+    return proc
+
+
+def next_worker(load: list[int], most: int, start: Callable[[], int]) -> int:
+    """Of workers with ``load`` tasks each (``most`` of them at most, ``start()`` forks the next and
+    gives its number): a new one while there is room and every one started has a task, else the
+    least loaded (the first of them)."""
+    if len(load) < most and (not load or min(load) >= 1):
+        return start()
+    return min(range(len(load)), key=load.__getitem__)
+
+
 class ChunkPool:
     """Worker processes that decode and build chunks; results come back in submission order.
 
@@ -190,32 +215,32 @@ class ChunkPool:
         # fork, rather than in every worker as its first chunk waits (~50 ms on a 16-core host).
         import numpy.ma  # noqa: F401
 
-        ctx = multiprocessing.get_context("fork")
+        self._ctx = multiprocessing.get_context("fork")
+        self._paths, self._strict = paths, strict
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
-        with warnings.catch_warnings():
-            # Python 3.12+ warns about fork() in a process with threads; the children only run
-            # _serve, which touches no lock another thread may hold (no logging, no imports).
-            warnings.simplefilter("ignore", DeprecationWarning)
-            for path in paths:
-                parent, child = ctx.Pipe(duplex=True)
-                inherited = [*self._conns, parent]  # the main process's ends the child gets by fork
-                proc = ctx.Process(
-                    target=_serve, args=(child, strict, path, inherited), daemon=True, name="traceconv-pass1"
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
         self._local = _Converter(strict, local) if local is not None else None
         self.local_index = len(paths)  # what Taken names for the chunks converted here
         self.converted_here = 0
         # Each chunk not yet taken, in order: (worker, None), or (local_index, result) when done here.
         self._pending: deque[tuple[int, Any]] = deque()
-        self._load = [0] * len(paths)  # chunks sent to each worker and not yet taken
+        self._load: list[int] = []  # chunks sent to each worker started and not yet taken
         self._sent = 0
         self._taken = 0
         self._handoffs: set[str] = set()  # chunk files a worker may not have read (and removed) yet
+
+    def _start(self) -> int:
+        """Fork the next worker. Workers start as chunks come (:meth:`_worker`): forking fifteen
+        takes this process 60-100 ms, which the first ones spend converting, and a trace of few
+        chunks forks no more than it uses."""
+        path = self._paths[len(self._conns)]
+        self._procs.append(fork_worker(self._ctx, _serve, (self._strict, path), self._conns, "traceconv-pass1"))
+        self._load.append(0)
+        return len(self._conns) - 1
+
+    def _worker(self) -> int:
+        """The least loaded worker; a new one while some are not started and every one started has work."""
+        return next_worker(self._load, len(self._paths), self._start)
 
     def submit(self, chunk: bytes | Span, unpadded: bool, source: tuple[str, int] | None) -> Iterator[Taken]:
         """Convert one chunk, found at ``source`` (path, offset) or else handed over in a temporary file.
@@ -224,7 +249,7 @@ class ChunkPool:
         that had to be taken first to make room.
         """
         yield from self._ready()
-        worker = min(range(len(self._load)), key=self._load.__getitem__)
+        worker = self._worker()
         if self._load[worker] >= IN_FLIGHT and self._local is not None:
             try:
                 result = self._local(bytes(chunk), unpadded)  # a Span of the trace: read here
@@ -236,7 +261,7 @@ class ChunkPool:
             return
         while self._load[worker] >= IN_FLIGHT:
             yield self._take()
-            worker = min(range(len(self._load)), key=self._load.__getitem__)
+            worker = self._worker()
         if source is None:
             handoff = temporary_path()
             self._handoffs.add(handoff)
