@@ -333,7 +333,8 @@ def _previous(calls: Calls, t: I64, eid: I64, dur: I64, head: npt.NDArray[np.boo
     calls.previous.append((eid[inner], eid[inner - 1], dur[inner - 1]))
     first = [(int(eid[i]), *calls.last_call[int(t[i])]) for i in hit[head[hit]] if int(t[i]) in calls.last_call]
     if first:
-        calls.previous.append(tuple(np.array(c, np.int64) for c in zip(*first, strict=True)))  # type: ignore[arg-type]
+        ids, before, durs = (np.array(c, np.int64) for c in zip(*first, strict=True))
+        calls.previous.append((ids, before, durs))
 
 
 def _open_ancestor(st: Structure, k: I64, s2: I64) -> I64:
