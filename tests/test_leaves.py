@@ -19,7 +19,7 @@ from traceconv.analyses import leaves as L
 from traceconv.analyses import measure as M
 from traceconv.analyses import summary as SM
 from traceconv.analyses.common import load
-from traceconv.analyses.prepare import INPUT_COLUMNS, host_extents
+from traceconv.analyses.prepare import INPUT_COLUMNS, host_extents, host_span
 from traceconv.analyses.source import Source
 
 from .conftest import fixture, fixture_files
@@ -89,8 +89,17 @@ def test_host_extents_are_those_of_the_rows(path: Path) -> None:
                 "last_start": pc.max(rows["start_ns"]).as_py(),
                 "last": pc.max(rows["end_ns"]).as_py(),
             }
+    every = table.filter(host)
     with Source(table) as source:
         assert host_extents(source) == want
+        assert host_span(source) == {
+            "n": every.num_rows,
+            "first_id": pc.min(every["event_id"]).as_py(),
+            "first": pc.min(every["start_ns"]).as_py(),
+            "last_id": pc.max(every["event_id"]).as_py(),
+            "last_start": pc.max(every["start_ns"]).as_py(),
+            "last": pc.max(every["end_ns"]).as_py(),
+        }
 
 
 def test_calls_inside_calls_take_the_sorted_stream(monkeypatch: pytest.MonkeyPatch) -> None:

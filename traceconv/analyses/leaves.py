@@ -34,7 +34,7 @@ import pyarrow as pa
 from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, host_extents
+from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, host_extents, host_span
 from traceconv.analyses.source import Source
 from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
 
@@ -223,9 +223,9 @@ def _plan(source: Source, traces: list[str]) -> tuple[int, int, int, int] | None
     first_id, last_id = calls["first_id"], calls["last_id"]
     if last_id - first_id + 1 > 4 * calls["n"] + (1 << 16):  # the calls' ids must be dense enough to index by
         return None
-    base = min(x["first"] for x in extents.values())
-    top = max(t for x in extents.values() for t in (x["last"], x["last_start"]) if t is not None)
-    return int(first_id), int(last_id), int(base), int(top)
+    span = host_span(source)
+    top = max(t for t in (span["last"], span["last_start"]) if t is not None)
+    return int(first_id), int(last_id), int(span["first"]), int(top)
 
 
 def _structure_query(last_end: int) -> str:

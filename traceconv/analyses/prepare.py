@@ -65,11 +65,7 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     step_re = step_regex(step_pattern)
     names, label_names = labels(source, step_re)
     source.register("labels", names)
-    extents = host_extents(source).values()
-    host = {
-        "first": min((x["first"] for x in extents if x["first"] is not None), default=None),
-        "last": max((x["last"] for x in extents if x["last"] is not None), default=None),
-    }
+    host = host_span(source)
     last_end = host["last"]
     gpu = source.arrow(
         "SELECT min(start_ns) AS first, max(end_ns) AS last, max(coalesce(launch_start_ns, start_ns)) "
@@ -96,19 +92,28 @@ def host_names(source: Source) -> list[tuple[str, str | None]]:
 
 
 def host_extents(source: Source) -> dict[bool, dict[str, Any]]:
-    """The host ranges' extents, the CUDA calls' (True) apart from the others' (False), for the window
-    and the calls' pass: ``n`` ranges, their ``first_id`` and ``last_id``, ``first`` start,
-    ``last_start`` and ``last`` end (None: no range ended)."""
+    """The host ranges' extents (:func:`_extent`), the CUDA calls' (True) apart from the others'
+    (False), for the calls' pass; a class without ranges is left out."""
     out: dict[bool, dict[str, Any]] = {}
     for calls in (True, False):
         rows = [r for r in _host_groups(source) if (r["kind"] == "cuda_api") == calls]
         if rows:
-            out[calls] = {"n": sum(r["n"] for r in rows)} | {
-                k: pick(v for r in rows if (v := r[k]) is not None)
-                for k, pick in (("first_id", min), ("last_id", max), ("first", min), ("last_start", max))
-            }
-            out[calls]["last"] = max((v for r in rows if (v := r["last"]) is not None), default=None)
+            out[calls] = _extent(rows)
     return out
+
+
+def host_span(source: Source) -> dict[str, Any]:
+    """The extent (:func:`_extent`) of every host range together (the window, the calls' pass)."""
+    return _extent(_host_groups(source))
+
+
+def _extent(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of groups of :func:`_host_groups`: ``n`` ranges, their ``first_id`` and ``last_id``, ``first``
+    start, ``last_start`` and ``last`` end (None where no group has one)."""
+    picks = (("first_id", min), ("last_id", max), ("first", min), ("last_start", max), ("last", max))
+    return {"n": sum(g["n"] for g in groups)} | {
+        k: pick((v for g in groups if (v := g[k]) is not None), default=None) for k, pick in picks
+    }
 
 
 def _host_groups(source: Source) -> list[dict[str, Any]]:

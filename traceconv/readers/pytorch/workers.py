@@ -175,8 +175,9 @@ def fork_worker(ctx: Any, serve: Callable[..., None], args: tuple[Any, ...], con
     """Fork a worker running ``serve(its end of a new pipe, *args, the ends it inherits)``; the
     main process's end is appended to ``conns``, the process returned."""
     with warnings.catch_warnings():
-        # Python 3.12+ warns about fork() in a process with threads; the children only run
-        # their serve loop, which touches no lock another thread may hold (no logging, no imports).
+        # Python 3.12+ warns about fork() in a process with threads (pass 1 forks while the read-ahead
+        # thread of a .gz input runs); the children only run their serve loop, which touches no lock
+        # another thread may hold (no logging, no imports, not the read-ahead's file or queue).
         warnings.simplefilter("ignore", DeprecationWarning)
         parent, child = ctx.Pipe(duplex=True)
         inherited = [*conns, parent]  # the main process's ends the child gets by fork
