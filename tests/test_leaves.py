@@ -81,25 +81,21 @@ def test_host_extents_are_those_of_the_rows(path: Path) -> None:
     for calls in (True, False):
         rows = table.filter(pc.and_(host, pc.equal(pc.equal(kind, "cuda_api"), calls)))
         if rows.num_rows:
-            want[calls] = {
-                "n": rows.num_rows,
-                "first_id": pc.min(rows["event_id"]).as_py(),
-                "first": pc.min(rows["start_ns"]).as_py(),
-                "last_id": pc.max(rows["event_id"]).as_py(),
-                "last_start": pc.max(rows["start_ns"]).as_py(),
-                "last": pc.max(rows["end_ns"]).as_py(),
-            }
-    every = table.filter(host)
+            want[calls] = _extent_of(rows)
     with Source(table) as source:
         assert host_extents(source) == want
-        assert host_span(source) == {
-            "n": every.num_rows,
-            "first_id": pc.min(every["event_id"]).as_py(),
-            "first": pc.min(every["start_ns"]).as_py(),
-            "last_id": pc.max(every["event_id"]).as_py(),
-            "last_start": pc.max(every["start_ns"]).as_py(),
-            "last": pc.max(every["end_ns"]).as_py(),
-        }
+        assert host_span(source) == _extent_of(table.filter(host))
+
+
+def _extent_of(rows: pa.Table) -> dict[str, Any]:
+    return {
+        "n": rows.num_rows,
+        "first_id": pc.min(rows["event_id"]).as_py(),
+        "first": pc.min(rows["start_ns"]).as_py(),
+        "last_id": pc.max(rows["event_id"]).as_py(),
+        "last_start": pc.max(rows["start_ns"]).as_py(),
+        "last": pc.max(rows["end_ns"]).as_py(),
+    }
 
 
 def test_calls_inside_calls_take_the_sorted_stream(monkeypatch: pytest.MonkeyPatch) -> None:
