@@ -126,12 +126,14 @@ def test_the_sweep_equals_an_independent_count(
 
 def test_a_union_is_carried_across_batches() -> None:
     """A segment that one batch opens and the next extends or closes is counted once."""
-    windows = [(np.array([0], np.int64), np.array([100], np.int64))]
+    windows = [(np.array([0], np.int64), np.array([100], np.int64)), (np.array([0, 300]), np.array([100, 400]))]
     u = B._Union(windows)
     u.add(np.array([0, 5], np.int64), np.array([10, 20], np.int64))  # [0, 20) open at the batch's end
     u.add(np.array([15, 40], np.int64), np.array([30, 50], np.int64))  # extends it to 30; [40, 50) opens
+    u.add(np.array([42, 44], np.int64), np.array([45, 48], np.int64))  # inside the open one: nothing closes
     u.add(np.array([45], np.int64), np.array([200], np.int64))  # clipped at 100
-    assert u.finish().tolist() == [30 + 60]
+    u.add(np.array([350], np.int64), np.array([360], np.int64))  # closes [40, 200); only the second scope has it
+    assert u.finish().tolist() == [30 + 60, 30 + 60 + 10]
 
 
 class _OutOfMemoryOnce:

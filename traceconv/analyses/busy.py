@@ -102,13 +102,13 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
             s = np.asarray(batch.column(0).to_numpy(), np.int64)
             e = np.asarray(batch.column(1).to_numpy(), np.int64)
             c = batch.column(2).to_numpy()
-            unions[-1].add(s, e)  # every set
-            below = c < len(SETS) - 1  # the rest of the levels on the rows of the sets before the last
-            s, e, c = s[below], e[below], c[below]
-            for level, union in enumerate(unions[:-2]):
-                keep = c <= level
-                union.add(s[keep], e[keep])
-            unions[-2].add(s, e)
+            # each level on the rows of its sets, from the widest down: the sets before the last, then
+            # the ones before those (indices of the rows kept, not boolean masks: twice as fast)
+            for level in range(len(SETS) - 1, -1, -1):
+                unions[level].add(s, e)
+                if level:
+                    kept = np.flatnonzero(c < level)
+                    s, e, c = s[kept], e[kept], c[kept]
     covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
     lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
@@ -147,15 +147,28 @@ class _Union:
         self.open: tuple[int, int] | None = None  # (start, reach) of the segment not yet closed
 
     def add(self, s: I.I64, e: I.I64) -> None:
-        if not len(s):
+        n = len(s)
+        if not n:
             return
-        if self.open is not None:
-            s, e = np.concatenate(([self.open[0]], s)), np.concatenate(([self.open[1]], e))
         reach = np.maximum.accumulate(e)
-        heads = np.flatnonzero(np.concatenate(([True], s[1:] > reach[:-1])))
-        ends = reach[np.concatenate((heads[1:] - 1, [len(s) - 1]))]
-        self.open = (int(s[heads[-1]]), int(ends[-1]))
-        self._count(s[heads[:-1]], ends[:-1])
+        head = np.empty(n, np.bool_)  # where a segment starts: after every earlier interval ended
+        if self.open is not None and s[0] <= self.open[1]:  # the open segment goes on into this batch
+            np.maximum(reach, self.open[1], out=reach)
+            head[0] = False
+        else:
+            head[0] = True
+        np.greater(s[1:], reach[:-1], out=head[1:])
+        heads = np.flatnonzero(head)
+        starts, ends = s[heads], reach[heads[1:] - 1]  # the segments closed in this batch, but the last
+        if self.open is not None:
+            if head[0]:  # the open one closed before the batch
+                starts, ends = np.r_[self.open[0], starts], np.r_[self.open[1], ends]
+            elif len(heads):  # it closes at the batch's first head
+                starts, ends = np.r_[self.open[0], starts], np.r_[reach[heads[0] - 1], ends]
+            else:  # it covers the whole batch
+                starts = np.array([self.open[0]], np.int64)
+        self.open = (int(starts[-1]), int(reach[-1]))
+        self._count(starts[:-1], ends)
 
     def finish(self) -> I.I64:
         if self.open is not None:
@@ -170,8 +183,11 @@ class _Union:
         if not len(starts):
             return
         for k, (ws, we) in enumerate(self.windows):
-            below = I.covered_below(starts, ends, np.concatenate([we, ws]))
-            self.covered[k] += int((below[: len(we)] - below[len(we) :]).sum())
+            # only the windows that overlap the segments: the others gain nothing from them
+            lo, hi = int(np.searchsorted(we, starts[0], "right")), int(np.searchsorted(ws, ends[-1], "left"))
+            if lo < hi:
+                below = I.covered_below(starts, ends, np.concatenate([we[lo:hi], ws[lo:hi]]))
+                self.covered[k] += int((below[: hi - lo] - below[hi - lo :]).sum())
 
 
 def _device_order(dev: object) -> tuple[int, str]:

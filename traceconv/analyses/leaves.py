@@ -264,30 +264,40 @@ def _add_calls(calls: Calls, batch: pa.RecordBatch) -> bool:
     s2, e2 = I.doubled(st.base, start, end)
     if not _one_after_another(calls, thread, s2, e2, eid, dur):
         return False
-    code = np.searchsorted(st.threads, thread)
-    known = code < len(st.threads)
-    known[known] = st.threads[code[known]] == thread[known]
-    code = np.where(known, code, 0)
-    at = np.searchsorted(st.keys, code * st.span + s2, "right")  # first structure range starting after it
-    inside = np.searchsorted(st.keys, code * st.span + e2, "left") > at
-    k = at - 1
-    mine = known & (k >= 0)
-    mine[mine] = st.group[k[mine]] == code[mine]
-    # a range starting with the call must enclose it (come before it in the stream's order)
-    same = mine.copy()
-    same[same] = st.keys[k[same]] == code[same] * st.span + s2[same]
-    if bool((known & inside).any()) or bool((st.end[k[same]] <= end[same]).any()):
-        return False
-    parent = _open_ancestor(st, np.where(mine, k, -1), s2)
+    if len(st.keys):
+        parent = _parents(st, thread, s2, e2, end)
+        if parent is None:
+            return False
+    else:  # no structure: no call has a parent
+        parent = np.full(len(eid), -1, np.int64)
     slot = eid - calls.first_id
     calls.parent_of[slot] = parent
     calls.pid_of[slot] = _codes(calls.pids, pid)
     if len(calls.pids) > np.iinfo(calls.pid_of.dtype).max:
         return False
-    has = parent >= 0
-    calls.dur += np.bincount(parent[has], weights=dur[has], minlength=len(calls.dur)).astype(np.int64)
-    calls.count += np.bincount(parent[has], minlength=len(calls.count))
+    # parent + 1: no parent (-1) counts in a slot of its own, dropped
+    calls.dur += np.bincount(parent + 1, weights=dur, minlength=len(calls.dur) + 1)[1:].astype(np.int64)
+    calls.count += np.bincount(parent + 1, minlength=len(calls.count) + 1)[1:]
     return True
+
+
+def _parents(st: Structure, thread: I64, s2: I64, e2: I64, end: I64) -> I64 | None:
+    """Each call's parent row in the structure (-1: none); None where a range of the structure starts
+    inside a call. Whole-array tests with clamped indices, not boolean masks (masks subscripted cost
+    twice as much)."""
+    code = np.searchsorted(st.threads, thread)
+    known = (code < len(st.threads)) & (st.threads[np.minimum(code, len(st.threads) - 1)] == thread)
+    code = np.where(known, code, 0)
+    key = code * st.span + s2
+    at = np.searchsorted(st.keys, key, "right")  # first structure range starting after it
+    inside = np.searchsorted(st.keys, code * st.span + e2, "left") > at
+    k = np.maximum(at - 1, 0)
+    mine = known & (at > 0) & (st.group[k] == code)
+    # a range starting with the call must enclose it (come before it in the stream's order)
+    same = mine & (st.keys[k] == key)
+    if bool((known & inside).any()) or bool((same & (st.end[k] <= end)).any()):
+        return None
+    return _open_ancestor(st, np.where(mine, k, -1), s2)
 
 
 def _codes(known: list[int], values: I64) -> I64:
