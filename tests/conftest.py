@@ -12,8 +12,9 @@ a failure (``tests/test_corpus.py``), elsewhere the layer is simply empty.
 from __future__ import annotations
 
 import fnmatch
+import gc
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,12 @@ def param_path(item: Any) -> Path:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def _collection_as_it_was() -> Iterator[None]:
+    """A command run in this process (click's test runner) switches cyclic collection off for its
+    imports (``process.tune``); one that fails before it is done must not leave the tests after it
+    without collection."""
+    yield
+    gc.enable()

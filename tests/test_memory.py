@@ -232,6 +232,62 @@ def test_the_public_writer_serves_where_the_inner_one_differs(tmp_path: Path, mo
     assert (tmp_path / "public.parquet").read_bytes() == (tmp_path / "inner.parquet").read_bytes()
 
 
+IMPORTS_PROGRAM = """
+import gc
+from traceconv import process
+process.imported()  # a library caller's process: nothing changes
+assert gc.isenabled() and gc.get_freeze_count() == 0, "library"
+process.tune()  # the command line's first step
+assert not gc.isenabled(), "tuned"
+import json, decimal  # the command's imports
+process.imported()
+assert gc.isenabled() and gc.get_freeze_count() > 0, "imported"
+gc.disable()
+process.imported()  # once only: a later call changes nothing
+assert not gc.isenabled(), "once"
+print("ok")
+"""
+
+
+def test_the_command_line_imports_without_cyclic_collection_then_turns_it_back_on() -> None:
+    done = subprocess.run([sys.executable, "-c", IMPORTS_PROGRAM], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("command", ["summary", "ingest"])
+def test_a_command_turns_collection_back_on_once_its_imports_are_done(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An analysis (once it opens its input) and a conversion (once it opens its reader) run with
+    cyclic collection, the modules they imported frozen out of it."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from traceconv import process
+    from traceconv.cli import main
+
+    if command == "ingest":
+        args = [command, str(TRACE), "-o", str(tmp_path / "out.parquet"), "--workers", "0"]
+    else:  # a Parquet file: no conversion on the way, which would turn collection on by itself
+        traceconv.convert(TRACE, tmp_path / "in.parquet", workers=0)
+        args = [command, str(tmp_path / "in.parquet")]
+    seen: list[bool] = []
+    real = process.imported
+
+    def imported() -> None:
+        seen.append(gc.isenabled())
+        real()
+
+    monkeypatch.setattr(process, "imported", imported)
+    gc.unfreeze()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert seen and seen[0] is False  # its imports ran without collection
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    gc.unfreeze()
+
+
 def test_a_library_conversion_leaves_the_callers_process_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,7 +2,8 @@
 
 A conversion is faster and leaner with a few settings that change the whole process:
 Arrow memory from glibc's ``malloc`` instead of pyarrow's pool, no OpenBLAS thread pool,
-no cyclic garbage collection while millions of short-lived objects are made, freed C heap
+no cyclic garbage collection while millions of short-lived objects are made (nor while the
+command imports its modules), freed C heap
 pages given back to the OS, no pandas import for pyarrow's first probe, no interpreter
 teardown once a command is done (:func:`exit_now`). The CLI turns them
 on (:func:`tune`, before pyarrow or numpy is loaded); a program that imports traceconv keeps
@@ -27,12 +28,18 @@ from typing import Any
 
 M_TOP_PAD = -2  # glibc mallopt parameter: how much freed memory the heap keeps at its top
 _tuned = False
+_importing = False  # tuned, and the command's imports not yet done: no cyclic collection
 
 
 def tune() -> None:
     """Switch this process to the conversion's settings (the CLI's first step)."""
-    global _tuned
+    global _tuned, _importing
     _tuned = True
+    # The command's imports (hundreds of modules, hundreds of thousands of objects, none of them
+    # garbage) run without cyclic collection, which would walk them again and again: a tenth of a
+    # second or more. The command turns it back on once they are done (:func:`imported`).
+    _importing = True
+    gc.disable()
     # Arrow picks its allocator once, when pyarrow loads: glibc's malloc reuses freed memory
     # for whatever comes next, where pyarrow's default pool keeps it for the same size class.
     # A user's ARROW_DEFAULT_MEMORY_POOL still wins.
@@ -46,6 +53,17 @@ def tune() -> None:
 
 def tuned() -> bool:
     return _tuned
+
+
+def imported() -> None:
+    """The command's imports are done (when tuned): what they made is kept out of every later
+    collection (``gc.freeze``: long-lived, and no page of it written again by a collection in a
+    forked worker), and cyclic collection runs again. Once; a no-op after."""
+    global _importing
+    if _tuned and _importing:
+        _importing = False
+        gc.freeze()
+        gc.enable()
 
 
 @contextlib.contextmanager

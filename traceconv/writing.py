@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceconv import dataset
+from traceconv import dataset, process
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import TraceconvError
@@ -308,6 +308,7 @@ def convert(
 
     check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
+    process.imported()  # the reader's modules are in (the CLI's collection comes back on)
     encoded = getattr(reader, "encoded", None)  # a reader that encodes its row groups itself (in workers)
     pieces = encoded(new_writer, tally) if encoded is not None else None
     if pieces is not None:

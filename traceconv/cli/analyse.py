@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from traceconv import process
 from traceconv.cli import main
 from traceconv.cli.errors import handle_errors, note
 from traceconv.cli.progress import Bar
@@ -189,6 +190,7 @@ def opened(paths: list[Path], one: bool = True) -> Iterator[Source]:
     worth saying (trace files left unread ...) on stderr; temporary files removed after."""
     from traceconv.analyses.inputs import open_source
 
+    process.imported()  # every analysis command has made its imports by now
     notes: list[str] = []
     bar = Bar("converting")
     try:

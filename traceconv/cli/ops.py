@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from traceconv import process
 from traceconv.cli import main
 from traceconv.cli.errors import handle_errors, note
 from traceconv.render.ops_columns import SORT_CHOICES
@@ -69,6 +70,7 @@ def ops(
     from traceconv.analyses import key_averages as KA
     from traceconv.render.ops import ops_text
 
+    process.imported()
     table = KA.load(trace, by_shape=group_by_shape, stack_n=stack_n)
     compute = KA.key_averages if like == "torch" else KA.operators
     result = compute(table, by_shape=group_by_shape, stack_n=stack_n)

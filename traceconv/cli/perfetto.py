@@ -71,6 +71,7 @@ def perfetto(inputs: tuple[Path, ...], output: Path | None, fmt: str, offsets: t
     process.skip_pandas_probe()  # before anything that loads pyarrow
     from traceconv.render.perfetto import export
 
+    process.imported()
     shifts = parse_offsets(offsets)
     out = output or inputs[0].with_name(inputs[0].name.split(".")[0] + SUFFIX[fmt])
     t0 = time.monotonic()
