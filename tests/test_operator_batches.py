@@ -19,8 +19,11 @@ SMALL = 32 << 10
 TRACES = [p for p in real_files("pytorch", ("*.json", "*.json.gz")) if param_path(p).stat().st_size > 4 * SMALL]
 
 
-def _linked(path: Path, feed_rows: list[int], monkeypatch: pytest.MonkeyPatch) -> tuple[list[L.LinkIndex], int]:
-    """Pass 1 once; its link index finalized at each of ``feed_rows`` (a copy each)."""
+def _linked(
+    path: Path, feed_rows: list[int], monkeypatch: pytest.MonkeyPatch, threads: int = 1
+) -> tuple[list[L.LinkIndex], int]:
+    """Pass 1 once; its link index finalized at each of ``feed_rows`` (a copy each), its lookups on
+    ``threads`` threads."""
     reader = PytorchReader(path, chunk_size=sweep_chunk(path, SMALL), workers=0)
     index, spill, op_spill, _ = reader._pass1(None)
     done = []
@@ -30,7 +33,7 @@ def _linked(path: Path, feed_rows: list[int], monkeypatch: pytest.MonkeyPatch) -
         for rows in feed_rows:
             monkeypatch.setattr(L, "FEED_ROWS", rows)
             copy = pickle.loads(state)
-            copy.finalize(iter(tables), reader._events)
+            copy.finalize(iter(tables), reader._events, threads)
             done.append(copy)
     finally:
         spill.close()
@@ -49,7 +52,21 @@ def test_batches_of_chunks_link_as_chunk_by_chunk(path: Path, monkeypatch: pytes
     assert pickle.dumps(one.api) == pickle.dumps(whole.api)
 
 
-def _resolve(batches: list[dict[str, np.ndarray]]) -> tuple[list[int], list[int], list[int]]:
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:60])
+def test_lookups_made_ahead_on_threads_link_as_on_one(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches looked up on several threads, ahead of the one applied, link as one thread does."""
+    (one,), chunks = _linked(path, [1], monkeypatch)
+    (threaded,), _ = _linked(path, [1], monkeypatch, threads=3)
+    if chunks < 2:
+        pytest.skip("one chunk of operators")
+    assert pickle.dumps(one.api) == pickle.dumps(threaded.api)
+    assert pickle.dumps(one.gpu) == pickle.dumps(threaded.gpu)
+
+
+def _resolve(batches: list[dict[str, np.ndarray]], threads: int = 0) -> tuple[list[int], list[int], list[int]]:
+    """The operators the calls and the GPU row get, the batches fed one by one (``threads``: looked
+    up on that many threads ahead, as the link index does)."""
+
     def ints(*values: int) -> np.ndarray:
         return np.array(values, dtype=np.int64)
 
@@ -59,8 +76,12 @@ def _resolve(batches: list[dict[str, np.ndarray]]) -> tuple[list[int], list[int]
     gpu = {"event_id": ints(20), "corr": ints(99), "ext": ints(7)}
     resolver = L.OperatorResolver(api, gpu, 100)
     try:
-        for ops in batches:
-            resolver.feed(ops)
+        if threads:
+            for ops, found in L._looked_up(resolver, iter(batches), threads):
+                resolver.apply(ops, found)
+        else:
+            for ops in batches:
+                resolver.feed(ops)
         eid, _ = resolver.api_result()
     finally:
         resolver.annotations.close()
@@ -82,3 +103,4 @@ def test_an_external_id_named_by_operators_of_two_chunks() -> None:
     together = {f: np.concatenate([first[f], second[f]]) for f in first}
     together["chunk"] = np.array([0, 0, 1])
     assert _resolve([together]) == alone == ([2, 2], [2], [3])
+    assert _resolve([first, second, chunk([6], 7)], threads=2) == alone  # looked up ahead, applied in order

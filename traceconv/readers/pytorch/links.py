@@ -15,7 +15,9 @@ the link columns of each batch.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,7 @@ from traceconv.process import return_freed_memory
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, text_is, to_numpy
 from traceconv.readers.gpu_times import queue_and_wall
 from traceconv.readers.pytorch.columns import IS_GPU, KIND_CODE
-from traceconv.readers.pytorch.operators import OperatorResolver, narrow, unique_pairs
+from traceconv.readers.pytorch.operators import Lookups, OperatorResolver, narrow, unique_pairs
 from traceconv.readers.sorted_keys import SortedKeys
 
 _COLS = (
@@ -208,8 +210,10 @@ class LinkIndex:
                 self.thread_names[pkey + "/" + _key(row["tid"], row["tid_label"])] = label
 
     # -- between passes -------------------------------------------------------------
-    def finalize(self, op_tables: Iterable[pa.Table], events: int) -> None:
-        """Link the API calls to their operators (``events``: the trace's number of events)."""
+    def finalize(self, op_tables: Iterable[pa.Table], events: int, threads: int = 1) -> None:
+        """Link the API calls to their operators (``events``: the trace's number of events). The
+        batches' lookups run on ``threads`` threads, ahead of the batch being applied (the one step
+        between the passes that needs the whole trace: the workers wait for it)."""
         # Memory grows with the API calls: every array goes as
         # soon as nothing needs it, before the next large one is made.
         self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
@@ -218,8 +222,8 @@ class LinkIndex:
         # Several chunks' operators at a time: larger batches are faster (fewer calls) and take
         # more memory (the pairs of operator and API call each batch expands to).
         try:
-            for ops in _batches(op_tables, FEED_ROWS):
-                resolver.feed(ops)
+            for ops, found in _looked_up(resolver, _batches(op_tables, FEED_ROWS), threads):
+                resolver.apply(ops, found)
             self.api["op_eid"], self.api["op_name"] = resolver.api_result()
         finally:
             resolver.annotations.close()  # its temporary file, if it needed one, also after an error
@@ -317,6 +321,27 @@ def _gather(values: I64 | None, idx: I64) -> I64:
     if values is None or not len(values):
         return np.full(len(idx), -1, dtype=np.int64)
     return np.where(idx >= 0, values[np.maximum(idx, 0)].astype(np.int64), -1)
+
+
+def _looked_up(
+    resolver: OperatorResolver, batches: Iterable[dict[str, I64]], threads: int
+) -> Iterator[tuple[dict[str, I64], Lookups]]:
+    """Each batch with its :meth:`~OperatorResolver.lookups`, in order; with several ``threads``, made
+    on them up to ``threads`` batches ahead (while this thread reads the next batch and applies the last)."""
+    if threads <= 1:
+        for ops in batches:
+            yield ops, resolver.lookups(ops)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="traceconv-lookup") as pool:
+        ahead: deque[tuple[dict[str, I64], Future[Lookups]]] = deque()
+        for ops in batches:
+            ahead.append((ops, pool.submit(resolver.lookups, ops)))
+            if len(ahead) > threads:
+                first, found = ahead.popleft()
+                yield first, found.result()
+        while ahead:
+            first, found = ahead.popleft()
+            yield first, found.result()
 
 
 def _batches(tables: Iterable[pa.Table], rows: int) -> Iterator[dict[str, I64]]:

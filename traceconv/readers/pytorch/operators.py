@@ -11,9 +11,11 @@ call is not in the trace get the operator their own External id names.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -24,6 +26,20 @@ from traceconv.readers.pytorch.spill import Spill
 ANNOTATION_FIELDS = ("event_id", "pid", "tid", "start", "end", "name")  # the link index's own field names
 _INT32 = np.iinfo(np.int32)
 _HALF = 1 << 31  # a 32-bit id shifted to be non-negative: the low half of a packed (pid, tid) key
+
+
+Pairs = tuple[I64, I64]  # (operator row, call or GPU row) for every id that names one
+Covered = tuple[I64, I64, I64]  # operator rows, and the run [lo, hi) of sorted calls each covers
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """What a batch of operators finds among the calls and GPU rows (:meth:`OperatorResolver.lookups`)."""
+
+    ext: Pairs  # calls named by an operator's External id
+    gpu: Pairs  # GPU rows named by one
+    cpu: npt.NDArray[np.bool_]  # the rows that are ``cpu_op`` (the others are annotations)
+    covered: Covered | None  # the calls each cpu_op covers on its thread
 
 
 class OperatorResolver:
@@ -54,17 +70,29 @@ class OperatorResolver:
         """One batch of operators: one chunk's, or several chunks' with each row's ``chunk`` (0, 1
         ...): the result is that of the chunks fed one by one (an earlier chunk's operator wins
         a tie with a later one's; in one chunk the later row wins)."""
-        self._ext(ops)
+        self.apply(ops, self.lookups(ops))
+
+    def lookups(self, ops: dict[str, I64]) -> Lookups:
+        """What :meth:`apply` needs of a batch that feeding does not change (the calls and GPU rows its
+        External ids name, the calls each ``cpu_op`` covers): batches ahead of the one being applied
+        can be looked up on other threads (binary searches, which let go of the GIL)."""
         cpu = ops["is_cpu"] == 1
-        self._enclosing(ops, np.flatnonzero(cpu))
-        if not cpu.all():
-            rows = ~cpu
+        return Lookups(
+            self.ext_q.matches(ops["ext"]), self.gpu_q.matches(ops["ext"]), cpu, self._covered(ops, np.flatnonzero(cpu))
+        )
+
+    def apply(self, ops: dict[str, I64], found: Lookups) -> None:
+        """:meth:`feed` with the batch's :meth:`lookups` made: batch after batch, in the trace's order."""
+        self._ext(ops, found)
+        self._offer(ops, found.covered)
+        if not found.cpu.all():
+            rows = ~found.cpu
             fields = (*ANNOTATION_FIELDS, "chunk") if "chunk" in ops else ANNOTATION_FIELDS
             self.annotations.append(pa.table({name: ops[name][rows] for name in fields}))
 
-    def _ext(self, ops: dict[str, I64]) -> None:
+    def _ext(self, ops: dict[str, I64], found: Lookups) -> None:
         api, best = self.api, self.best
-        op_i, j = self.ext_q.matches(ops["ext"])
+        op_i, j = found.ext
         ok = (
             (ops["pid"][op_i] == api["pid"][j])
             & (ops["tid"][op_i] == api["tid"][j])
@@ -74,21 +102,31 @@ class OperatorResolver:
         )
         j, op_i = _first_chunk_wins(j[ok], op_i[ok], ops.get("chunk"))
         best.decide(j, [ops["event_id"][op_i], ops["name"][op_i]])
-        op_i, g = self.gpu_q.matches(ops["ext"])
+        op_i, g = found.gpu
         free = self.gpu_ext_eid[g] < 0
         g, op_i = _first_chunk_wins(g[free], op_i[free], ops.get("chunk"))
         self.gpu_ext_eid[g], self.gpu_ext_name[g] = ops["event_id"][op_i], ops["name"][op_i]
 
     def _enclosing(self, ops: dict[str, I64], rows: I64) -> None:
         """Offer the operators at ``rows`` to the calls they enclose."""
+        self._offer(ops, self._covered(ops, rows))
+
+    def _covered(self, ops: dict[str, I64], rows: I64) -> Covered | None:
+        """The operators at ``rows`` that can enclose a call, and the run of sorted calls each covers."""
         if not self.points.n or not len(rows):
-            return
+            return None
         code = self._thread_codes(ops["pid"][rows], ops["tid"][rows])
         keep = (code >= 0) & (ops["end"][rows] >= ops["start"][rows])
         live, code = rows[keep], code[keep]
-        start, end = ops["start"][live], ops["end"][live]
-        lo, hi = self.points.covered(code, start, end)
+        lo, hi = self.points.covered(code, ops["start"][live], ops["end"][live])
+        return live, lo, hi
+
+    def _offer(self, ops: dict[str, I64], covered: Covered | None) -> None:
+        if covered is None:
+            return
+        live, lo, hi = covered
         tie = -ops["chunk"][live] if "chunk" in ops else None  # equal ranges: the earliest chunk's
+        start, end = ops["start"][live], ops["end"][live]
         self.best.offer(self.points, lo, hi, start, end, [ops["event_id"][live], ops["name"][live]], tie)
 
     def _thread_codes(self, pid: I64, tid: I64) -> I64:

@@ -42,6 +42,7 @@ PARALLEL_CHUNKS = 6  # smaller traces are done before worker processes would pay
 # row group costs the writer (the slower side of pass 2) a fixed time for every column, even
 # an all-null one; larger groups cost the main process memory in pass 2.
 ROW_GROUP_ROWS = 16_000
+LOOKUP_THREADS = 7  # the most threads (beside this one) that the link index's lookups take
 GZIP_RATIO = 8  # a Kineto trace compresses about 10x: the size a .gz is guessed to expand to
 # Pass 2 in worker processes from this many workers on. Below it (two cores) this process
 # links while a thread encodes, as fast as one worker beside it and without that worker's
@@ -184,7 +185,8 @@ class PytorchReader:
         try:
             self._describe(top, spill.min_start)
             try:
-                index.finalize(op_spill, self._events)
+                # the workers wait for the link index: its lookups take their cores
+                index.finalize(op_spill, self._events, threads=min(workers, LOOKUP_THREADS) + 1 if workers else 1)
             finally:
                 op_spill.close()
         except BaseException:
