@@ -36,8 +36,8 @@ def tune() -> None:
     global _tuned, _importing
     _tuned = True
     # The command's imports (hundreds of modules, hundreds of thousands of objects, none of them
-    # garbage) run without cyclic collection, which would walk them again and again: a tenth of a
-    # second or more. The command turns it back on once they are done (:func:`imported`).
+    # garbage) run without cyclic collection, which would walk them again and again (bench/README.md).
+    # The command turns it back on once they are done (:func:`imported`).
     _importing = True
     gc.disable()
     # Arrow picks its allocator once, when pyarrow loads: glibc's malloc reuses freed memory

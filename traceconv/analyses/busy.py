@@ -103,7 +103,7 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
             e = np.asarray(batch.column(1).to_numpy(), np.int64)
             c = batch.column(2).to_numpy()
             # each level on the rows of its sets, from the widest down: the sets before the last, then
-            # the ones before those (indices of the rows kept, not boolean masks: twice as fast)
+            # the ones before those (indices of the rows kept: a boolean mask is slower to subscript)
             for level in range(len(SETS) - 1, -1, -1):
                 unions[level].add(s, e)
                 if level:

@@ -283,8 +283,7 @@ def _add_calls(calls: Calls, batch: pa.RecordBatch) -> bool:
 
 def _parents(st: Structure, thread: I64, s2: I64, e2: I64, end: I64) -> I64 | None:
     """Each call's parent row in the structure (-1: none); None where a range of the structure starts
-    inside a call. Whole-array tests with clamped indices, not boolean masks (masks subscripted cost
-    twice as much)."""
+    inside a call. Whole-array tests with clamped indices, not boolean masks (slower to subscript)."""
     code = np.searchsorted(st.threads, thread)
     known = (code < len(st.threads)) & (st.threads[np.minimum(code, len(st.threads) - 1)] == thread)
     code = np.where(known, code, 0)

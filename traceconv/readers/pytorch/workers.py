@@ -35,7 +35,7 @@ from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.cuts import Span
 from traceconv.readers.pytorch.damage import Damage
 from traceconv.readers.pytorch.decode import Decoded
-from traceconv.readers.pytorch.links import Prepared, extract, prepare
+from traceconv.readers.pytorch.link_rows import Prepared, extract, prepare
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import APPEND, SegmentFile, min_start, temporary_path
 
