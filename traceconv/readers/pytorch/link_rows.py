@@ -91,6 +91,28 @@ def _prepared_rows(sub: pa.Table) -> dict[str, Any]:
     return rows
 
 
+# A chunk's operator rows as a worker writes them to its segment file: prepare's arrays, with the
+# codes of the chunk's own texts (the texts go to the main process, which gives them the index's codes).
+RAW_OPS = (*(f for f, _ in FIELDS), "name_codes", "pid_label_codes", "tid_label_codes", "is_cpu")
+TEXTS = ("names", "pid_labels", "tid_labels")
+
+
+def raw_ops(rows: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]]:
+    """:func:`prepare`'s operator rows as a table of :data:`RAW_OPS`, and their distinct texts."""
+    return pa.table({f: rows[f] for f in RAW_OPS}), {t: rows[t] for t in TEXTS}
+
+
+def rows_of(raw: pa.Table) -> dict[str, Any]:
+    """The rows of a :func:`raw_ops` table as :func:`prepare` made them (numpy views of its columns,
+    which have no nulls: made from numpy arrays)."""
+    rows: dict[str, Any] = {f: _array(raw[f]).to_numpy() for f in RAW_OPS}
+    return rows
+
+
+def _array(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # one IPC stream: one chunk
+
+
 def _rows(table: pa.Table, names: list[str], mask: Any) -> pa.Table:
     """``names`` of the rows where ``mask`` holds; a column ``table`` leaves out is nulls."""
     have = set(table.column_names)

@@ -8,7 +8,9 @@
   ``user_annotation``) enclosing the call on its thread.
 
 Pass 1 (:meth:`LinkIndex.add`, of the rows :mod:`~traceconv.readers.pytorch.link_rows` picks)
-keeps compact arrays for API calls and GPU rows; operators go to a spill as small tables. Between
+keeps compact arrays for API calls and GPU rows; operators go to a spill (:class:`OpRows`: a worker
+process writes a chunk's to its own segment file with the chunk's text codes, which are made the
+index's as they are read back; the main process receives only the texts). Between
 passes (:meth:`LinkIndex.finalize`) the operators stream past the API calls once, batch by batch
 (their lookups on threads ahead of the batch applied). Pass 2 (:meth:`LinkIndex.resolve`) fills
 the link columns of each batch.
@@ -31,8 +33,9 @@ from traceconv.process import return_freed_memory
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
 from traceconv.readers.gpu_times import queue_and_wall
 from traceconv.readers.pytorch.columns import IS_GPU, KIND_CODE
-from traceconv.readers.pytorch.link_rows import FIELDS, Prepared, extract, prepare
+from traceconv.readers.pytorch.link_rows import FIELDS, Prepared, extract, prepare, rows_of
 from traceconv.readers.pytorch.operators import Lookups, OperatorResolver, narrow, unique_pairs
+from traceconv.readers.pytorch.spill import SegmentFile, Spill
 from traceconv.readers.sorted_keys import SortedKeys
 
 # A call without a correlation id gets a key that no GPU row's probe (an id, or -1) equals.
@@ -46,6 +49,79 @@ def labelled_id(code: I64) -> I64:
     """The id that stands for a pid or tid written as text (``Spans``, ``stream 7``), by the label's
     name code: ``-2 - code``, below every real id and the -1 of "none", distinct per label."""
     return -2 - code
+
+
+OP_COLUMNS = (*dict(FIELDS), "name", "is_cpu")  # what LinkIndex.finalize takes of each chunk's operators
+Codes = tuple[I64, "I64 | None", "I64 | None"]  # a chunk's name codes, pid label codes, tid label codes
+
+
+def coded(rows: dict[str, Any], codes: Codes, event_offset: int) -> dict[str, I64]:
+    """A chunk's API call or operator rows (:func:`~traceconv.readers.pytorch.link_rows.prepare`'s)
+    with the index's codes for their texts (:meth:`LinkIndex.text_codes`) and event ids shifted by
+    ``event_offset``: the fields of :data:`FIELDS` and ``name``."""
+    names, pid_labels, tid_labels = codes
+    out = {field: rows[field] for field, _ in FIELDS}
+    out["event_id"] = narrow(rows["event_id"] + event_offset)
+    for field, lut in (("pid", pid_labels), ("tid", tid_labels)):  # labelled ids ("Spans", "stream 7")
+        if lut is not None:
+            label = rows[field + "_label_codes"]
+            out[field] = narrow(np.where(label >= 0, labelled_id(lut[np.maximum(label, 0)]), out[field]))
+    name = rows["name_codes"]
+    out["name"] = narrow(np.where(name >= 0, names[np.maximum(name, 0)] if len(names) else -1, -1))
+    return out
+
+
+def op_table(rows: dict[str, I64], is_cpu: Any) -> pa.Table:
+    """A chunk's operator rows as the spill keeps them (:meth:`LinkIndex.add_parts`)."""
+    cols: dict[str, Any] = {f: pa.array(rows[f]) for f in OP_COLUMNS[:-1]}
+    cols["is_cpu"] = is_cpu
+    return pa.table(cols)
+
+
+def _columns(table: pa.Table) -> dict[str, I64]:
+    """An :func:`op_table`'s columns as int64 numpy arrays (a column without nulls as it is)."""
+    out = {}
+    for name in OP_COLUMNS:
+        col = table.column(name)
+        plain = col.num_chunks == 1 and col.null_count == 0 and pa.types.is_integer(col.type)
+        out[name] = col.chunk(0).to_numpy() if plain else to_numpy(col)
+    return out
+
+
+class OpRows:
+    """Pass 1's operator rows for :meth:`LinkIndex.finalize`, in chunk order: tables made at once
+    (:meth:`LinkIndex.add_parts`), or rows a worker wrote to its segment file with its chunk's own
+    text codes (:func:`~traceconv.readers.pytorch.link_rows.raw_ops`), made into the same tables
+    as they are read back. Those the main process (the limit of pass 1 on many cores) neither
+    receives through a pipe nor writes."""
+
+    def __init__(self) -> None:
+        self._spill = Spill()
+        self._how: list[tuple[Codes, int] | None] = []
+
+    def append(self, table: pa.Table) -> None:
+        self._spill.append(table)
+        self._how.append(None)
+
+    def add_segment(self, file: SegmentFile, at: tuple[int, int, int], codes: Codes, event_offset: int) -> None:
+        """Rows a worker wrote to ``file`` (``at``: position, length, rows), coded with ``codes``."""
+        pos, length, count = at
+        self._spill.add_segment(file, pos, length, 0, None, count)
+        self._how.append((codes, event_offset))
+
+    def __iter__(self) -> Iterator[dict[str, I64]]:
+        """Each chunk's operators as numpy columns (:data:`OP_COLUMNS`)."""
+        how, self._how = self._how, []
+        for table, made in zip(self._spill, how, strict=True):
+            if made is None:
+                yield _columns(table)
+            else:
+                rows = rows_of(table)
+                yield coded(rows, *made) | {"is_cpu": rows["is_cpu"]}
+
+    def close(self) -> None:
+        self._spill.close()
+        self._how = []
 
 
 class LinkIndex:
@@ -78,11 +154,8 @@ class LinkIndex:
             self._names_from_metadata(parts["meta"])
         if "ops" not in parts:
             return None
-        ops: dict[str, list[I64]] = {f: [] for f in (*dict(FIELDS), "name")}
-        self._take(ops, parts["ops"], event_offset)
-        cols = {f: pa.array(v[0]) for f, v in ops.items()}
-        cols["is_cpu"] = parts["ops"]["is_cpu"]
-        return pa.table(cols)
+        rows = parts["ops"]
+        return op_table(coded(rows, self.text_codes(rows), event_offset), rows["is_cpu"])
 
     def _code(self, values: list[str | None]) -> I64:
         out = np.full(len(values), -1, dtype=np.int64)
@@ -97,18 +170,15 @@ class LinkIndex:
         return out
 
     def _take(self, store: dict[str, list[I64]], rows: dict[str, Any], event_offset: int) -> None:
-        codes = rows["name_codes"]
-        lut = self._code(rows["names"])
-        store["name"].append(narrow(np.where(codes >= 0, lut[np.maximum(codes, 0)] if len(lut) else -1, -1)))
-        for field, _ in FIELDS:
-            store[field].append(rows[field])
-        store["event_id"][-1] = narrow(rows["event_id"] + event_offset)
-        for field in ("pid", "tid"):  # labelled ids ("Spans", "stream 7") get codes of their own
-            labels, codes = rows[field + "_labels"], rows[field + "_label_codes"]
-            if labels:
-                lut = self._code(labels)
-                ids = np.where(codes >= 0, labelled_id(lut[np.maximum(codes, 0)]), store[field][-1])
-                store[field][-1] = narrow(ids)
+        for field, values in coded(rows, self.text_codes(rows), event_offset).items():
+            store[field].append(values)
+
+    def text_codes(self, texts: dict[str, Any]) -> Codes:
+        """The name codes of a chunk's distinct names, and of its pid and tid labels where it has
+        any (new texts get the next codes: called in chunk order)."""
+        names = self._code(texts["names"])
+        pid, tid = (self._code(texts[f + "_labels"]) if texts[f + "_labels"] else None for f in ("pid", "tid"))
+        return names, pid, tid
 
     def _names_from_metadata(self, meta: list[dict[str, Any]]) -> None:
         for row in meta:
@@ -122,7 +192,7 @@ class LinkIndex:
                 self.thread_names[pkey + "/" + _key(row["tid"], row["tid_label"])] = label
 
     # -- between passes -------------------------------------------------------------
-    def finalize(self, op_tables: Iterable[pa.Table], events: int, threads: int = 1) -> None:
+    def finalize(self, op_chunks: Iterable[dict[str, I64]], events: int, threads: int = 1) -> None:
         """Link the API calls to their operators (``events``: the trace's number of events). The
         batches' lookups run on ``threads`` threads, ahead of the batch being applied (the one step
         between the passes that needs the whole trace: the workers wait for it)."""
@@ -134,7 +204,7 @@ class LinkIndex:
         # Several chunks' operators at a time: larger batches are faster (fewer calls) and take
         # more memory (the pairs of operator and API call each batch expands to).
         try:
-            for ops, found in _looked_up(resolver, _batches(op_tables, FEED_ROWS), threads):
+            for ops, found in _looked_up(resolver, _batches(op_chunks, FEED_ROWS), threads):
                 resolver.apply(ops, found)
             self.api["op_eid"], self.api["op_name"] = resolver.api_result()
         finally:
@@ -256,37 +326,28 @@ def _looked_up(
             yield first, found.result()
 
 
-def _batches(tables: Iterable[pa.Table], rows: int) -> Iterator[dict[str, I64]]:
-    """Consecutive chunks' operator tables as batches of at least ``rows`` rows (the last may be
-    smaller), as numpy columns with each row's chunk in the batch (``chunk``: 0, 1 ...)."""
-    held: list[pa.Table] = []
+def _batches(chunks: Iterable[dict[str, I64]], rows: int) -> Iterator[dict[str, I64]]:
+    """Consecutive chunks' operators (:meth:`OpRows.__iter__`) as batches of at least ``rows`` rows
+    (the last may be smaller), as int64 columns with each row's chunk in the batch (``chunk``: 0, 1
+    ...). Gathered a batch at a time: thousands of chunks, each cast on its own, took a tenth of
+    the link index's time on a 1 GB trace."""
+    held: list[dict[str, I64]] = []
     count = 0
 
     def batch() -> dict[str, I64]:
-        cols = {name: _joined(held, name) for name in held[0].column_names}
-        cols["chunk"] = np.repeat(np.arange(len(held), dtype=np.int64), [t.num_rows for t in held])
+        cols = {name: np.concatenate([c[name] for c in held]).astype(np.int64, copy=False) for name in OP_COLUMNS}
+        sizes = [len(c["event_id"]) for c in held]
+        cols["chunk"] = np.repeat(np.arange(len(held), dtype=np.int64), sizes)
         return cols
 
-    for table in tables:
-        held.append(table)
-        count += table.num_rows
+    for chunk in chunks:
+        held.append(chunk)
+        count += len(chunk["event_id"])
         if count >= rows:
             yield batch()
             held, count = [], 0
     if held:
         yield batch()
-
-
-def _joined(tables: list[pa.Table], name: str) -> I64:
-    """Column ``name`` of ``tables``, one after another, as int64: a chunk without nulls as it is
-    (the operators' columns come a chunk's worth at a time: thousands of them, each cast and
-    converted on its own took a tenth of the link index's time on a 1 GB trace)."""
-    parts = []
-    for t in tables:
-        col = t.column(name)
-        plain = col.num_chunks == 1 and col.null_count == 0 and pa.types.is_integer(col.type)
-        parts.append(col.chunk(0).to_numpy() if plain else to_numpy(col))
-    return np.concatenate(parts).astype(np.int64, copy=False)
 
 
 def _cat_fields(store: dict[str, list[I64]]) -> dict[str, I64]:

@@ -28,7 +28,7 @@ from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.cuts import Span
 from traceconv.readers.pytorch.damage import Damage
 from traceconv.readers.pytorch.decode import Decoded, decode_events
-from traceconv.readers.pytorch.links import LinkIndex
+from traceconv.readers.pytorch.links import LinkIndex, OpRows
 from traceconv.readers.pytorch.pass2 import Done, GroupPool
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import SegmentFile, Spill, row_groups
@@ -88,7 +88,7 @@ class _Pending:
         return 0
 
 
-_Pass1 = tuple["LinkIndex", "Spill", "Spill", dict[str, Any]]
+_Pass1 = tuple["LinkIndex", "Spill", "OpRows", dict[str, Any]]
 
 
 class PytorchReader:
@@ -220,7 +220,7 @@ class PytorchReader:
 
         chunks = EventChunks(self.path, decode, progress, self._chunk_size, self._salvage)
         robust.damage = chunks.damage
-        index, spill, op_spill = LinkIndex(), Spill(), Spill()
+        index, spill, op_spill = LinkIndex(), Spill(), OpRows()
         try:
             with paused_gc():  # pass 1 allocates millions of short-lived objects without cycles
                 for decoded in chunks:
@@ -239,7 +239,7 @@ class PytorchReader:
         """Pass 1 with decoding and building in worker processes; None where a chunk needs more than
         the strict path and its repairs (a cut inside a string, damage, errors): :meth:`_pass1`
         then converts the trace, with the exact error where there is one."""
-        index, spill, op_spill = LinkIndex(), Spill(), Spill()
+        index, spill, op_spill = LinkIndex(), Spill(), OpRows()
         files = [spill.adopt(SegmentFile()) for _ in range(workers + 1)]  # the workers', then this process's
         repairs: Counter[str] = Counter()
         notes = list(self.info.notes)
@@ -249,6 +249,9 @@ class PytorchReader:
                 ops = index.add_parts(parts, self._events)
                 if ops is not None:
                     op_spill.append(ops)
+                if "ops_at" in parts:  # a worker wrote them: their texts' codes, in chunk order
+                    codes = index.text_codes(parts["op_texts"])
+                    op_spill.add_segment(files[worker], parts["ops_at"], codes, self._events)
                 spill.add_segment(files[worker], info["pos"], info["length"], self._events, info["start"], info["rows"])
                 self._events += info["rows"]
                 repairs.update(info["repairs"])
@@ -278,7 +281,7 @@ class PytorchReader:
         self.chunks_here = pool.converted_here
         return index, spill, op_spill, chunks.document.top
 
-    def _add(self, table: pa.Table, index: LinkIndex, spill: Spill, op_spill: Spill) -> None:
+    def _add(self, table: pa.Table, index: LinkIndex, spill: Spill, op_spill: OpRows) -> None:
         self._events += table.num_rows
         ops = index.add(table)
         if ops is not None:

@@ -3,8 +3,9 @@
 Decoding JSON into Python objects holds the GIL, so threads cannot share it; forked worker
 processes can. The main process keeps reading and cutting the trace (in file order) and
 hands each chunk to a worker; the worker decodes it and builds its unified columns exactly
-as the single-process path does, writes the table to a temporary Arrow file of its own and
-sends back the few rows the link index needs. When every worker already has its queue full,
+as the single-process path does, writes the table to a temporary Arrow file of its own (and
+the operator rows the link index takes later: ``links.OpRows``) and sends back the API call and
+GPU rows the link index needs. When every worker already has its queue full,
 the main process converts the chunk itself, the same way (so on two cores: one worker and
 the main process). The main process takes the results in chunk order, so everything that
 depends on order (event ids, the link index, the spill) is what one process would have
@@ -35,7 +36,7 @@ from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.cuts import Span
 from traceconv.readers.pytorch.damage import Damage
 from traceconv.readers.pytorch.decode import Decoded
-from traceconv.readers.pytorch.link_rows import Prepared, extract, prepare
+from traceconv.readers.pytorch.link_rows import Prepared, extract, prepare, raw_ops
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import APPEND, SegmentFile, min_start, temporary_path
 
@@ -153,7 +154,12 @@ class _Converter:
         pos, length = self.out.write(table)  # only the columns with values (schema.present)
         info = {"pos": pos, "length": length, "rows": table.num_rows, "start": min_start(table)}
         info["repairs"] = dict(repairs)
-        return info, prepare(extract(table))
+        parts = prepare(extract(table))
+        ops = parts.pop("ops", None)
+        if ops is not None:  # to the file too: the main process takes only their texts (OpRows)
+            raw, parts["op_texts"] = raw_ops(ops)
+            parts["ops_at"] = (*self.out.write(raw), raw.num_rows)
+        return info, parts
 
 
 def _serve(conn: Connection, strict: Callable[[bytes, bool], Decoded], path: str, inherited: list[Connection]) -> None:
