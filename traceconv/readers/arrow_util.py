@@ -71,10 +71,21 @@ def spread(values: pa.Array, pos: pa.Array | None) -> pa.Array:
     return values if pos is None else values.take(pos)
 
 
+def one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one array: a single chunk as it is (combining copies even one chunk)."""
+    if not isinstance(col, pa.ChunkedArray):
+        return col
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
+def int_columns(table: pa.Table, names: Iterable[str]) -> dict[str, I64]:
+    """Integer columns without nulls (made from numpy arrays) as numpy views, each in its own width."""
+    return {name: one_array(table.column(name)).to_numpy() for name in names}
+
+
 def to_numpy(arr: pa.Array | pa.ChunkedArray, fill: int = -1) -> I64:
     """int64 numpy view of an integer column, nulls replaced by ``fill``."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
+    arr = one_array(arr)
     if arr.null_count:
         arr = pc.fill_null(arr, fill)
     return np.asarray(arr.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)

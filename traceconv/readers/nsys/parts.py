@@ -86,10 +86,7 @@ def distinct(values: I64) -> I64:
 def column(table: pa.Table, name: str) -> Col | None:
     if name not in table.column_names:
         return None
-    col = table[name]
-    if not isinstance(col, pa.ChunkedArray):
-        return col
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # combining copies even one chunk
+    return arrow_util.one_array(table[name])
 
 
 def ints(table: pa.Table, name: str) -> I64:

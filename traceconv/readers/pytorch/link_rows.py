@@ -102,17 +102,6 @@ def raw_ops(rows: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]]:
     return pa.table({f: rows[f] for f in RAW_OPS}), {t: rows[t] for t in TEXTS}
 
 
-def rows_of(raw: pa.Table) -> dict[str, Any]:
-    """The rows of a :func:`raw_ops` table as :func:`prepare` made them (numpy views of its columns,
-    which have no nulls: made from numpy arrays)."""
-    rows: dict[str, Any] = {f: _array(raw[f]).to_numpy() for f in RAW_OPS}
-    return rows
-
-
-def _array(column: pa.ChunkedArray) -> pa.Array:
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()  # one IPC stream: one chunk
-
-
 def _rows(table: pa.Table, names: list[str], mask: Any) -> pa.Table:
     """``names`` of the rows where ``mask`` holds; a column ``table`` leaves out is nulls."""
     have = set(table.column_names)

@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 
 from traceconv import schema as S
 from traceconv.process import return_freed_memory
-from traceconv.readers.arrow_util import I64, dict_codes, from_codes, to_numpy
+from traceconv.readers.arrow_util import I64, dict_codes, from_codes, int_columns, to_numpy
 from traceconv.readers.gpu_times import queue_and_wall
 from traceconv.readers.pytorch.columns import IS_GPU, KIND_CODE
-from traceconv.readers.pytorch.link_rows import FIELDS, Prepared, extract, prepare, rows_of
+from traceconv.readers.pytorch.link_rows import FIELDS, RAW_OPS, Prepared, extract, prepare
 from traceconv.readers.pytorch.operators import Lookups, OperatorResolver, narrow, unique_pairs
 from traceconv.readers.pytorch.spill import SegmentFile, Spill
 from traceconv.readers.sorted_keys import SortedKeys
@@ -78,22 +78,12 @@ def op_table(rows: dict[str, I64], is_cpu: Any) -> pa.Table:
     return pa.table(cols)
 
 
-def _columns(table: pa.Table) -> dict[str, I64]:
-    """An :func:`op_table`'s columns as int64 numpy arrays (a column without nulls as it is)."""
-    out = {}
-    for name in OP_COLUMNS:
-        col = table.column(name)
-        plain = col.num_chunks == 1 and col.null_count == 0 and pa.types.is_integer(col.type)
-        out[name] = col.chunk(0).to_numpy() if plain else to_numpy(col)
-    return out
-
-
 class OpRows:
     """Pass 1's operator rows for :meth:`LinkIndex.finalize`, in chunk order: tables made at once
     (:meth:`LinkIndex.add_parts`), or rows a worker wrote to its segment file with its chunk's own
-    text codes (:func:`~traceconv.readers.pytorch.link_rows.raw_ops`), made into the same tables
-    as they are read back. Those the main process (the limit of pass 1 on many cores) neither
-    receives through a pipe nor writes."""
+    text codes (:func:`~traceconv.readers.pytorch.link_rows.raw_ops`), given the index's codes as
+    they are read back. Those the main process (the limit of pass 1 on many cores) neither
+    receives through a pipe nor writes. Either way each chunk comes back as the same numpy columns."""
 
     def __init__(self) -> None:
         self._spill = Spill()
@@ -114,9 +104,9 @@ class OpRows:
         how, self._how = self._how, []
         for table, made in zip(self._spill, how, strict=True):
             if made is None:
-                yield _columns(table)
+                yield int_columns(table, OP_COLUMNS)
             else:
-                rows = rows_of(table)
+                rows = int_columns(table, RAW_OPS)
                 yield coded(rows, *made) | {"is_cpu": rows["is_cpu"]}
 
     def close(self) -> None:
