@@ -271,11 +271,12 @@ def test_the_default_budget_grows_within_half_the_available_memory(monkeypatch: 
     monkeypatch.setattr(SRC, "available_memory", lambda: 500 * 10**6)  # half of it: 250 MB
     with Source(load(fixture(TRACES[0]), columns=INPUT_COLUMNS)) as source:
         _, real = _on_two_threads(source)
-        source.con = _OutOfMemoryOnce(real, 4)  # 100MB on two threads and one, 200MB likewise
-        with pytest.raises(ResourceError, match="200MB of memory"):
+        # 100MB on two threads and one, 200MB likewise, then the ceiling itself (not twice 200MB)
+        source.con = _OutOfMemoryOnce(real, 6)
+        with pytest.raises(ResourceError, match="250MB of memory"):
             source.scalar("SELECT count(*) FROM events")
         source.con = real
-        assert source.memory == "200MB"
+        assert source.memory == "250MB"
 
 
 @pytest.mark.parametrize(("value", "code"), [("", 0), ("64MB", 0), ("abc", 2), ("12 parsecs", 2), ("'1GB", 2)])
