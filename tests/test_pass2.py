@@ -98,3 +98,27 @@ def test_an_error_in_a_worker_is_raised_as_in_one_process(
         tio.convert(param_path(PARALLEL[-1]), out, workers=2, chunk_size=SMALL)
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     assert not os.listdir(small_groups)
+
+
+def test_a_released_table_leaves_its_file_and_the_tables_beside_it_stay(small_groups: Path) -> None:
+    """Once pass 2 has converted a row group for good, its tables' bytes go from the spill file (their
+    blocks freed where the file system can: this machine's temporary folder can); the tables before
+    and after it, which share its first and last blocks, read back whole."""
+    from traceconv.readers.pytorch.spill import SegmentFile
+
+    reader = R.PytorchReader(param_path(PARALLEL[-1]), workers=0)
+    table = pa.concat_tables(list(reader.tables())).combine_chunks()
+    third = table.num_rows // 3
+    parts = [table.slice(0, third), table.slice(third, third), table.slice(2 * third)]
+    file = SegmentFile()
+    try:
+        at = [file.write(part) for part in parts]
+        file.close_writer()
+        before = os.stat(file.path).st_blocks * 512
+        file.release(*at[1])
+        freed = before - os.stat(file.path).st_blocks * 512
+        assert at[1][1] - 2 * 4096 <= freed <= at[1][1]  # the middle table's blocks, not its neighbours'
+        assert os.stat(file.path).st_size == sum(length for _, length in at)  # the same size: a hole
+        assert file.read(*at[0]).equals(parts[0]) and file.read(*at[2]).equals(parts[2])
+    finally:
+        file.remove()

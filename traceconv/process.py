@@ -49,6 +49,23 @@ def tune() -> None:
     # conversion needs; traceconv does no linear algebra.
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    _reserve_descriptors()
+
+
+# File descriptors this process may hold at once without the kernel growing its table: every
+# worker process costs the main process a few (its pipes, its output file), up to
+# ``workers.MAX_WORKERS`` of them.
+DESCRIPTORS = 256
+
+
+def _reserve_descriptors() -> None:
+    """Grow the file descriptor table now, while this process has one thread. Once pyarrow's
+    threads share it, the kernel grows it only after an RCU grace period, which on a busy
+    many-core host stalls the fork of a worker by tens of milliseconds (bench/README.md)."""
+    with contextlib.suppress(OSError, AttributeError):  # a low RLIMIT_NOFILE; no fcntl (Windows)
+        import fcntl
+
+        os.close(fcntl.fcntl(sys.__stderr__.fileno() if sys.__stderr__ else 2, fcntl.F_DUPFD, DESCRIPTORS - 1))
 
 
 def tuned() -> bool:
@@ -88,6 +105,24 @@ def return_freed_memory() -> None:
     if _tuned:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).malloc_trim(0)
+
+
+FALLOC_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (Linux)
+
+
+def punch_hole(fd: int, start: int, length: int) -> None:
+    """Free the file's blocks (and cached pages) that lie wholly inside ``[start, start + length)``
+    of ``fd`` (open for writing); the bytes around them, shared with other data, stay. Best
+    effort: nothing where the system or the file system cannot (the file is removed later)."""
+    block = os.fstat(fd).st_blksize or 4096
+    first = -(-start // block) * block
+    end = (start + length) // block * block
+    if end <= first:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        libc.fallocate(fd, FALLOC_PUNCH_HOLE, first, end - first)  # an error (EOPNOTSUPP ...): kept
 
 
 def keep_freed_memory(pad: int) -> None:

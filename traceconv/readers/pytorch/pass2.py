@@ -22,17 +22,26 @@ from typing import TYPE_CHECKING, Any
 
 from traceconv.parquet_join import Piece
 from traceconv.readers.pytorch.spill import APPEND, temporary_path
-from traceconv.readers.pytorch.workers import IN_FLIGHT, answer_tasks, fork_worker, next_worker, start_worker
+from traceconv.readers.pytorch.workers import (
+    IN_FLIGHT,
+    answer_tasks,
+    fork_worker,
+    next_worker,
+    start_worker,
+    stop_workers,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 # A row group's number -> its encoded row group and what else the caller wants back (picklable).
 Convert = Callable[[int], tuple[Piece, Any]]
+# A row group's number, once it is converted for good: what only it read may go (its spill pages).
+Release = Callable[[int], None]
 Done = tuple[Piece, "int | None", Any]  # the piece, the file its bytes are in (None: in piece.data), extra
 
 
-def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connection]) -> None:
+def _serve(conn: Connection, convert: Convert, release: Release, path: str, inherited: list[Connection]) -> None:
     start_worker(inherited)
     with open(path, APPEND) as out:
 
@@ -43,6 +52,7 @@ def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connec
             out.write(piece.data)
             out.flush()  # before the reply: the main process copies from the file
             piece.data = None
+            release(task)  # written: nothing can fail now that would have it converted again
             return piece, extra
 
         # a failed row group is converted again by the main process, which raises its error
@@ -51,25 +61,28 @@ def _serve(conn: Connection, convert: Convert, path: str, inherited: list[Connec
 
 class GroupPool:
     """Up to ``workers`` forked processes running ``convert``, started as row groups come;
-    :meth:`map` yields results in order."""
+    :meth:`map` yields results in order. ``release`` is called with each row group's number once
+    it is converted and its result kept (in the process that converted it)."""
 
-    def __init__(self, workers: int, convert: Convert) -> None:
+    def __init__(self, workers: int, convert: Convert, release: Release = lambda number: None) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
-        self._ctx, self._workers, self._convert = ctx, workers, convert
+        self._ctx, self._workers, self._convert, self._release = ctx, workers, convert, release
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._files: list[str] = []
         self._fds: list[int] = []
         self._load: list[int] = []  # per worker started: row groups sent and not yet taken
+        self._stopped = False  # told that no more row groups come
         self.converted_here = 0
 
     def _start(self) -> int:
         """Fork the next worker (as row groups come: see ``workers.ChunkPool._start``)."""
         path = temporary_path()
         self._files.append(path)
-        self._procs.append(fork_worker(self._ctx, _serve, (self._convert, path), self._conns, "traceconv-pass2"))
+        args = (self._convert, self._release, path)
+        self._procs.append(fork_worker(self._ctx, _serve, args, self._conns, "traceconv-pass2"))
         self._fds.append(os.open(path, os.O_RDONLY))
         self._load.append(0)
         return len(self._conns) - 1
@@ -83,12 +96,13 @@ class GroupPool:
                 yield self._take(pending, load)
             worker = next_worker(load, self._workers, self._start) if self._workers else -1
             if worker < 0 or load[worker] >= IN_FLIGHT:
-                pending.append((group, -1, self._convert(group)))
+                pending.append((group, -1, self._here(group)))
                 self.converted_here += 1
                 continue
             self._conns[worker].send(group)
             pending.append((group, worker, None))
             load[worker] += 1
+        self.stop()  # every row group is sent: each worker ends once it has answered its own
         while pending:
             yield self._take(pending, load)
 
@@ -104,14 +118,25 @@ class GroupPool:
         load[worker] -= 1
         assert seq == group, (seq, group)
         if not ok:  # the same work here raises the error with its traceback
-            piece, extra = self._convert(group)
+            piece, extra = self._here(group)
             return piece, None, extra
         return piece, self._fds[worker], extra
 
+    def _here(self, group: int) -> tuple[Piece, Any]:
+        """A row group converted in this process (its bytes kept in the piece)."""
+        result = self._convert(group)
+        self._release(group)
+        return result
+
+    def stop(self) -> None:
+        """No more row groups: the workers end after the ones they have (their exit, which frees
+        their memory, overlaps this process taking the last results rather than following it)."""
+        if not self._stopped:
+            self._stopped = True
+            stop_workers(self._conns)
+
     def close(self, kill: bool = False) -> None:
-        for conn in self._conns:
-            with contextlib.suppress(OSError):
-                conn.send(None)
+        self.stop()
         for proc in self._procs:
             if kill:
                 proc.kill()

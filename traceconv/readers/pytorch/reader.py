@@ -162,7 +162,7 @@ class PytorchReader:
                 unlaunched, index.unlaunched = index.unlaunched - before, before
                 return encode(table, new_writer), (tally(table), unlaunched)
 
-            with GroupPool(workers, convert) as pool:
+            with GroupPool(workers, convert, lambda number: spill.release(groups[number])) as pool:
                 for piece, source, (counted, unlaunched) in pool.map(len(groups)):
                     index.unlaunched += unlaunched
                     yield piece, source, counted

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.errors import TraceconvError
+from traceconv.process import punch_hole
 
 SPILL_BYTES = 1 << 20
 
@@ -73,6 +74,16 @@ class SegmentFile:
         start = pos - pos % mmap.ALLOCATIONGRANULARITY
         view = mmap.mmap(self._source.fileno(), pos + length - start, access=mmap.ACCESS_READ, offset=start)
         return pa.ipc.open_stream(pa.py_buffer(view)[pos - start :]).read_all()
+
+    def release(self, pos: int, length: int) -> None:
+        """The table at ``pos`` will not be read again: its pages leave the page cache now (in the
+        process that read it, a pass-2 worker) rather than all of the file's at once when it is
+        removed, which the main process would wait for as the conversion ends."""
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            punch_hole(fd, pos, length)
+        finally:
+            os.close(fd)
 
     def close_writer(self) -> None:
         if self._sink is not None:
@@ -164,6 +175,15 @@ class Spill:
     def tables(self, entries: range) -> list[pa.Table]:
         """The tables of ``entries`` (kept: also readable by processes forked after pass 1)."""
         return [_table(self._entries[i]) for i in entries]
+
+    def release(self, entries: range) -> None:
+        """The tables of ``entries`` were read for the last time, and no table made from them is
+        left (its pages are mapped): their bytes in the files go."""
+        for i in entries:
+            entry = self._entries[i]
+            if len(entry) > 1:
+                file, pos, length, _ = entry
+                file.release(pos, length)
 
     def close(self) -> None:
         self._entries, self._rows = [], []

@@ -194,6 +194,13 @@ def fork_worker(ctx: Any, serve: Callable[..., None], args: tuple[Any, ...], con
     return proc
 
 
+def stop_workers(conns: list[Connection]) -> None:
+    """Tell each worker that no more tasks come: it ends once it has answered those it has."""
+    for conn in conns:
+        with contextlib.suppress(OSError):  # one that has already gone
+            conn.send(None)
+
+
 def next_worker(load: list[int], most: int, start: Callable[[], int]) -> int:
     """Of workers with ``load`` tasks each (``most`` of them at most, ``start()`` forks the next and
     gives its number): a new one while there is room and every one started has a task, else the
@@ -234,6 +241,7 @@ class ChunkPool:
         self._load: list[int] = []  # chunks sent to each worker started and not yet taken
         self._sent = 0
         self._taken = 0
+        self._stopped = False  # told that no more chunks come
         self._handoffs: set[str] = set()  # chunk files a worker may not have read (and removed) yet
 
     def _start(self) -> int:
@@ -286,8 +294,15 @@ class ChunkPool:
         self._sent += 1
 
     def drain(self) -> Iterator[Taken]:
+        """The results not yet taken; no chunk comes after (the workers end as they finish theirs)."""
+        self.stop()
         while self._pending:
             yield self._take()
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            stop_workers(self._conns)
 
     def _ready(self) -> Iterator[Taken]:
         """The results at the head of the queue that are there now (none is waited for)."""
@@ -315,9 +330,7 @@ class ChunkPool:
 
     def close(self) -> None:
         """Stop the workers once they have written everything (their files are then complete)."""
-        for conn in self._conns:
-            with contextlib.suppress(OSError):
-                conn.send(None)
+        self.stop()
         for proc in self._procs:
             proc.join(timeout=5)
             if proc.is_alive():
