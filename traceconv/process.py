@@ -4,8 +4,9 @@ A conversion is faster and leaner with a few settings that change the whole proc
 Arrow memory from glibc's ``malloc`` instead of pyarrow's pool, no OpenBLAS thread pool,
 no cyclic garbage collection while millions of short-lived objects are made (nor while the
 command imports its modules), freed C heap
-pages given back to the OS, no pandas import for pyarrow's first probe, no interpreter
-teardown once a command is done (:func:`exit_now`). The CLI turns them
+pages given back to the OS, no pandas import for pyarrow's first probe, room in the file
+descriptor table for the worker processes' pipes, no interpreter teardown once a command is
+done (:func:`exit_now`). The CLI turns them
 on (:func:`tune`, before pyarrow or numpy is loaded); a program that imports traceconv keeps
 its process as it is, and every switch below is then a no-op. Worker processes that a
 conversion forks are its own and set what they need themselves (``keep_freed_memory``).
@@ -59,12 +60,14 @@ DESCRIPTORS = 256
 
 
 def _reserve_descriptors() -> None:
-    """Grow the file descriptor table now, while this process has one thread. Once pyarrow's
-    threads share it, the kernel grows it only after an RCU grace period, which on a busy
-    many-core host stalls the fork of a worker by tens of milliseconds (bench/README.md)."""
-    with contextlib.suppress(OSError, AttributeError):  # a low RLIMIT_NOFILE; no fcntl (Windows)
-        import fcntl
+    """Grow the file descriptor table now, while this process has one thread: once pyarrow's
+    threads share it, Linux grows it only after an RCU grace period, which on a busy many-core
+    host stalls the fork of a worker (bench/README.md)."""
+    if sys.platform != "linux":
+        return
+    import fcntl
 
+    with contextlib.suppress(OSError, ValueError):  # a low RLIMIT_NOFILE; no standard error
         os.close(fcntl.fcntl(sys.__stderr__.fileno() if sys.__stderr__ else 2, fcntl.F_DUPFD, DESCRIPTORS - 1))
 
 
@@ -105,24 +108,6 @@ def return_freed_memory() -> None:
     if _tuned:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).malloc_trim(0)
-
-
-FALLOC_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (Linux)
-
-
-def punch_hole(fd: int, start: int, length: int) -> None:
-    """Free the file's blocks (and cached pages) that lie wholly inside ``[start, start + length)``
-    of ``fd`` (open for writing); the bytes around them, shared with other data, stay. Best
-    effort: nothing where the system or the file system cannot (the file is removed later)."""
-    block = os.fstat(fd).st_blksize or 4096
-    first = -(-start // block) * block
-    end = (start + length) // block * block
-    if end <= first:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-        libc.fallocate(fd, FALLOC_PUNCH_HOLE, first, end - first)  # an error (EOPNOTSUPP ...): kept
 
 
 def keep_freed_memory(pad: int) -> None:

@@ -122,7 +122,7 @@ class Source:
             return False
         now = int(self.memory.removesuffix("MB"))  # the default's form, the only one that grows
         bigger = min(now * 2, GROWN_MAX_MB, available_memory() // 2 // 10**6)  # the ceiling itself, last
-        if bigger <= now:
+        if bigger * 4 < now * 5:  # under a quarter more: not worth running the statement again
             return False
         self.memory = f"{bigger}MB"
         self.con.execute(f"SET memory_limit = '{self.memory}'")

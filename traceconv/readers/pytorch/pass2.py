@@ -22,14 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceconv.parquet_join import Piece
 from traceconv.readers.pytorch.spill import APPEND, temporary_path
-from traceconv.readers.pytorch.workers import (
-    IN_FLIGHT,
-    answer_tasks,
-    fork_worker,
-    next_worker,
-    start_worker,
-    stop_workers,
-)
+from traceconv.readers.pytorch.workers import IN_FLIGHT, Workers, answer_tasks, fork_worker, next_worker, start_worker
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -52,14 +45,14 @@ def _serve(conn: Connection, convert: Convert, release: Release, path: str, inhe
             out.write(piece.data)
             out.flush()  # before the reply: the main process copies from the file
             piece.data = None
-            release(task)  # written: nothing can fail now that would have it converted again
             return piece, extra
 
-        # a failed row group is converted again by the main process, which raises its error
-        answer_tasks(conn, lambda task: task, written)
+        # A failed row group is converted again by the main process, which raises its error; one
+        # answered is not, so only then may what it alone read go.
+        answer_tasks(conn, lambda task: task, written, release)
 
 
-class GroupPool:
+class GroupPool(Workers):
     """Up to ``workers`` forked processes running ``convert``, started as row groups come;
     :meth:`map` yields results in order. ``release`` is called with each row group's number once
     it is converted and its result kept (in the process that converted it)."""
@@ -67,14 +60,13 @@ class GroupPool:
     def __init__(self, workers: int, convert: Convert, release: Release = lambda number: None) -> None:
         import multiprocessing
 
+        super().__init__()
         ctx = multiprocessing.get_context("fork")
         self._ctx, self._workers, self._convert, self._release = ctx, workers, convert, release
-        self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._files: list[str] = []
         self._fds: list[int] = []
         self._load: list[int] = []  # per worker started: row groups sent and not yet taken
-        self._stopped = False  # told that no more row groups come
         self.converted_here = 0
 
     def _start(self) -> int:
@@ -123,17 +115,10 @@ class GroupPool:
         return piece, self._fds[worker], extra
 
     def _here(self, group: int) -> tuple[Piece, Any]:
-        """A row group converted in this process (its bytes kept in the piece)."""
+        """A row group converted in this process (its bytes kept in the piece), for good."""
         result = self._convert(group)
         self._release(group)
         return result
-
-    def stop(self) -> None:
-        """No more row groups: the workers end after the ones they have (their exit, which frees
-        their memory, overlaps this process taking the last results rather than following it)."""
-        if not self._stopped:
-            self._stopped = True
-            stop_workers(self._conns)
 
     def close(self, kill: bool = False) -> None:
         self.stop()

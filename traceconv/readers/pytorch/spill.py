@@ -10,8 +10,10 @@ the main process reads them back in chunk order (:meth:`Spill.add_segment`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -20,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.errors import TraceconvError
-from traceconv.process import punch_hole
 
 SPILL_BYTES = 1 << 20
 
@@ -76,14 +77,16 @@ class SegmentFile:
         return pa.ipc.open_stream(pa.py_buffer(view)[pos - start :]).read_all()
 
     def release(self, pos: int, length: int) -> None:
-        """The table at ``pos`` will not be read again: its pages leave the page cache now (in the
-        process that read it, a pass-2 worker) rather than all of the file's at once when it is
-        removed, which the main process would wait for as the conversion ends."""
-        fd = os.open(self.path, os.O_WRONLY)
-        try:
-            punch_hole(fd, pos, length)
-        finally:
-            os.close(fd)
+        """The table at ``pos`` will not be read again: its blocks (and cached pages) go now, in the
+        process that read it, rather than all of the file's at once when it is removed, which the
+        main process would wait for as the conversion ends. Best effort: where the system or the
+        file system cannot, they go with the file."""
+        with contextlib.suppress(OSError):
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                punch_hole(fd, pos, length)
+            finally:
+                os.close(fd)
 
     def close_writer(self) -> None:
         if self._sink is not None:
@@ -99,6 +102,30 @@ class SegmentFile:
         # the file is then left in the temporary folder. Elsewhere the mapping keeps its pages.
         with contextlib.suppress(FileNotFoundError, PermissionError):
             os.unlink(self.path)
+
+
+FALLOC_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (Linux)
+_fallocate: Any = None
+
+
+def punch_hole(fd: int, start: int, length: int) -> None:
+    """Free the blocks of ``fd`` (open for writing) that lie wholly inside ``[start, start + length)``;
+    the blocks at its ends, shared with the data around it, stay. Nothing where Linux's fallocate
+    is missing; an error of the file system (EOPNOTSUPP ...) leaves the blocks as they were."""
+    global _fallocate
+    if _fallocate is None:
+        _fallocate = False
+        if sys.platform == "linux":
+            with contextlib.suppress(OSError, AttributeError):  # no C library to load, no fallocate in it
+                _fallocate = ctypes.CDLL(None).fallocate
+                _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    if not _fallocate:
+        return
+    block = os.fstat(fd).st_blksize or 4096
+    first = -(-start // block) * block
+    end = (start + length) // block * block
+    if end > first:
+        _fallocate(fd, FALLOC_PUNCH_HOLE, first, end - first)  # its return value: -1 where it could not
 
 
 def min_start(table: pa.Table) -> int | None:

@@ -105,10 +105,17 @@ def start_worker(inherited: list[Connection]) -> None:
     keep_freed_memory(TOP_PAD)
 
 
-def answer_tasks(conn: Connection, key: Callable[[Any], Any], handle: Callable[[Any], tuple[Any, Any]]) -> None:
+def answer_tasks(
+    conn: Connection,
+    key: Callable[[Any], Any],
+    handle: Callable[[Any], tuple[Any, Any]],
+    answered: Callable[[Any], None] = lambda task: None,
+) -> None:
     """A worker's loop: each task from the main process answered ``(key(task), True, *handle(task))``,
     or ``(key(task), False, "Type: message", None)`` where ``handle`` raised (the main process then
-    does that task itself, with the exact error); until the main process sends None or goes away."""
+    does that task itself, with the exact error); until the main process sends None or goes away.
+    ``answered(task)`` runs once a task's success is sent (the main process will not do it again);
+    what it raises is ignored."""
     while True:
         try:
             task = conn.recv()
@@ -120,6 +127,9 @@ def answer_tasks(conn: Connection, key: Callable[[Any], Any], handle: Callable[[
             conn.send((key(task), True, *handle(task)))
         except Exception as exc:
             conn.send((key(task), False, f"{type(exc).__name__}: {exc}", None))
+            continue
+        with contextlib.suppress(Exception):
+            answered(task)
 
 
 def orphan_proof(inherited: list[Connection]) -> None:
@@ -194,11 +204,21 @@ def fork_worker(ctx: Any, serve: Callable[..., None], args: tuple[Any, ...], con
     return proc
 
 
-def stop_workers(conns: list[Connection]) -> None:
-    """Tell each worker that no more tasks come: it ends once it has answered those it has."""
-    for conn in conns:
-        with contextlib.suppress(OSError):  # one that has already gone
-            conn.send(None)
+class Workers:
+    """What both pools do with their workers' pipes: tell them, once, that no more tasks come."""
+
+    def __init__(self) -> None:
+        self._conns: list[Connection] = []
+        self._stopped = False
+
+    def stop(self) -> None:
+        """No more tasks: each worker ends once it has answered those it has (its exit, which frees
+        its memory, overlaps this process taking the last results rather than following it)."""
+        if not self._stopped:
+            self._stopped = True
+            for conn in self._conns:
+                with contextlib.suppress(OSError):  # one that has already gone
+                    conn.send(None)
 
 
 def next_worker(load: list[int], most: int, start: Callable[[], int]) -> int:
@@ -210,7 +230,7 @@ def next_worker(load: list[int], most: int, start: Callable[[], int]) -> int:
     return min(range(len(load)), key=load.__getitem__)
 
 
-class ChunkPool:
+class ChunkPool(Workers):
     """Worker processes that decode and build chunks; results come back in submission order.
 
     With ``local`` (a segment file of its own), this process converts a chunk itself whenever
@@ -229,9 +249,9 @@ class ChunkPool:
         # fork, rather than in every worker as its first chunk waits (~50 ms on a 16-core host).
         import numpy.ma  # noqa: F401
 
+        super().__init__()
         self._ctx = multiprocessing.get_context("fork")
         self._paths, self._strict = paths, strict
-        self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._local = _Converter(strict, local) if local is not None else None
         self.local_index = len(paths)  # what Taken names for the chunks converted here
@@ -241,7 +261,6 @@ class ChunkPool:
         self._load: list[int] = []  # chunks sent to each worker started and not yet taken
         self._sent = 0
         self._taken = 0
-        self._stopped = False  # told that no more chunks come
         self._handoffs: set[str] = set()  # chunk files a worker may not have read (and removed) yet
 
     def _start(self) -> int:
@@ -298,11 +317,6 @@ class ChunkPool:
         self.stop()
         while self._pending:
             yield self._take()
-
-    def stop(self) -> None:
-        if not self._stopped:
-            self._stopped = True
-            stop_workers(self._conns)
 
     def _ready(self) -> Iterator[Taken]:
         """The results at the head of the queue that are there now (none is waited for)."""
