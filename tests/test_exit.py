@@ -88,7 +88,9 @@ print(sorted(os.listdir("/proc/self/fd")) == before, size >= process.DESCRIPTORS
 def test_the_descriptor_table_grows_before_the_workers_and_leaks_nothing(limit: int, room: str | None) -> None:
     """``process.tune`` grows the file descriptor table while the process has one thread (where the
     kernel grows it later, with pyarrow's threads sharing it, a fork of a worker waits out an RCU grace
-    period); it leaves no descriptor open, and a limit below the table it asks for is no error."""
+    period); it leaves no descriptor open, and a limit below the table it asks for is no error. A child
+    inherits its parent's table size, so the size check bites only where that is smaller than
+    ``DESCRIPTORS`` (64 on the GPU host; this machine's shells give 256); the other two bite anywhere."""
     done = subprocess.run([sys.executable, "-c", DESCRIPTORS, str(limit)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     leaked_none, grown = done.stdout.split()
