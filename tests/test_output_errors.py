@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from traceconv import parquet_join
 from traceconv import writing as tio
 from traceconv.cli import main
 from traceconv.readers.pytorch import spill
@@ -17,6 +18,7 @@ from traceconv.readers.pytorch import spill
 from .conftest import fixture
 
 TRACE = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")  # 5 MB of JSON: spills to a file
+NSYS = fixture("nsys/h200/graph_node.sqlite")
 
 
 def _disk_full(*args: object, **kwargs: object) -> None:
@@ -35,19 +37,23 @@ class _FullDiskWriter:
         return getattr(self._real, name)
 
 
-@pytest.mark.parametrize("where", ["parquet", "spill"])
+@pytest.mark.parametrize("where", ["parquet", "spill", "joined"])
 def test_disk_full_is_one_clear_line(where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
+    trace, command = TRACE, "ingest"
     if where == "parquet":
         real = tio._parquet_writer
         monkeypatch.setattr(tio, "_parquet_writer", lambda *a, **k: _FullDiskWriter(real(*a, **k)))
-    else:
+    elif where == "spill":
         monkeypatch.setattr(spill, "SPILL_BYTES", 0)
         monkeypatch.setattr(spill.Spill.__init__, "__defaults__", (0,))
         monkeypatch.setattr(spill.SegmentFile, "write", _disk_full)
+    else:  # an export's row groups, encoded apart and joined into the output
+        trace, command = NSYS, "nsys"
+        monkeypatch.setattr(parquet_join.Joiner, "add", _disk_full)
     out = tmp_path / "out.parquet"
-    result = CliRunner().invoke(main, ["ingest", str(TRACE), "-o", str(out)])
+    result = CliRunner().invoke(main, [command, str(trace), "-o", str(out)])
     assert result.exit_code == 1, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "no space left" in lines[0] and "TMPDIR" in lines[0], result.output

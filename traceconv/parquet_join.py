@@ -25,12 +25,17 @@ MAGIC = b"PAR1"
 # Fields that hold a position in the file: RowGroup.file_offset, ColumnChunk.file_offset,
 # ColumnMetaData's data, index and dictionary page offsets.
 _GROUP_OFFSET, _CHUNK_OFFSET, _CHUNK_META = 5, 2, 3
-_META_OFFSETS = (9, 10, 11)
+_DATA_PAGE, _DICTIONARY_PAGE = 9, 11
+_META_OFFSETS = (_DATA_PAGE, 10, _DICTIONARY_PAGE)
+# RowGroup's columns, total_byte_size (before compression) and total_compressed_size;
+# ColumnMetaData's sizes before and after compression.
+_COLUMNS, _BYTES, _GROUP_SIZE = 1, 2, 6
+_UNCOMPRESSED, _COMPRESSED = 6, 7
 # Written after every row group (not inside one): such a file cannot be joined this way.
 _ELSEWHERE = {4: "offset index", 6: "column index", 14: "bloom filter"}
 _ROWS, _GROUPS = 3, 4
 
-NewWriter = Callable[[Any], Any]  # a sink -> a ParquetWriter for it (the options of the output)
+NewWriter = Callable[..., Any]  # (sink, schema=the unified schema) -> a ParquetWriter (the options of the output)
 
 
 @dataclass
@@ -47,23 +52,89 @@ class Piece:
     pos: int = 0
 
 
-def encode(table: pa.Table, new_writer: NewWriter) -> Piece:
+def encode(table: pa.Table, new_writer: NewWriter, nulls: NullChunks | None = None) -> Piece:
     """``table`` as one row group of a file, encoded as one writer would (Arrow's writer
-    leaves out the row group's ordinal, the one field that would say where it goes)."""
+    leaves out the row group's ordinal, the one field that would say where it goes).
+
+    ``nulls``: the all-null columns' chunks are taken from there, not encoded again; the
+    writer encodes the other columns (an all-null column costs a writer a definition level
+    a row, though its chunk depends only on the number of rows).
+    """
+    n = table.num_rows
+    empty = [i for i, c in enumerate(table.columns) if _all_null(c, n)] if nulls and nulls.repeated(n) else []
+    if not empty or len(empty) == table.num_columns:
+        group, chunks = _chunks(_one_group(table, new_writer))
+        return _piece(group, chunks, n)
+    skip = set(empty)
+    kept = [i for i in range(table.num_columns) if i not in skip]
+    group, encoded = _chunks(_one_group(table.select(kept), new_writer))
+    assert nulls is not None
+    filled = iter(nulls.chunks(n, [table.schema.field(i) for i in empty]))
+    by_column = iter(encoded)
+    return _piece(group, [next(filled) if i in skip else next(by_column) for i in range(table.num_columns)], n)
+
+
+def _all_null(column: pa.ChunkedArray, n: int) -> bool:
+    """Whether every value is null and nothing else is written (a dictionary column writes its
+    dictionary even where no row uses it: only an empty one is like a null column's)."""
+    if not n or column.null_count != n:
+        return False
+    return not pa.types.is_dictionary(column.type) or all(len(c.dictionary) == 0 for c in column.chunks)
+
+
+def _one_group(table: pa.Table, new_writer: NewWriter) -> memoryview:
+    """``table`` as a file of one row group, whose footer is only read for its row group's metadata."""
     sink = pa.BufferOutputStream()
-    writer = new_writer(sink)
+    writer = new_writer(sink, schema=table.schema, piece=True)
     writer.write_table(table, row_group_size=max(table.num_rows, 1))
     writer.close()
-    buf = sink.getvalue().to_pybytes()
-    footer = _footer(buf)
-    groups = T.get(footer, _GROUPS)
-    if groups is None or len(groups.items) != 1:
-        raise T.ThriftError("a piece must hold exactly one row group")
-    group = groups.items[0]
-    _holes(group)
-    parts, offsets = T.encode_parts(group)
-    end = len(buf) - 8 - int.from_bytes(buf[-8:-4], "little")
-    return Piece(parts, offsets, table.num_rows, end - len(MAGIC), buf[len(MAGIC) : end])
+    return memoryview(sink.getvalue()).cast("B")  # unsigned: its bytes are read one by one
+
+
+@dataclass
+class Chunk:
+    """One column chunk: its bytes, its metadata encoded around its positions (relative to its
+    first byte) and its size before compression (what the row group's size adds up)."""
+
+    data: bytes | memoryview
+    meta: T.Spliced
+    size: int
+
+
+class NullChunks:
+    """Column chunks of all-null columns by row count and column, encoded once each: most row
+    groups of an Nsight Systems export have one of a few sizes, so each column's null chunk is
+    encoded a few times a file, not once a row group. The ``keep`` latest row counts are kept.
+    Row groups whose size comes for the first time are encoded whole (a PyTorch trace's sizes
+    all differ: a null chunk kept apart would be encoded twice for nothing)."""
+
+    def __init__(self, new_writer: NewWriter, keep: int = 8) -> None:
+        self._new_writer = new_writer
+        self._keep = keep
+        self._by_rows: dict[int, dict[str, Chunk]] = {}
+        self._seen: dict[int, None] = {}  # row counts met, the latest last
+
+    def repeated(self, n: int) -> bool:
+        """Whether a row group of ``n`` rows came before (the latest ``keep`` sizes met count)."""
+        if n in self._seen:
+            return True
+        self._seen[n] = None
+        while len(self._seen) > self._keep:
+            del self._seen[next(iter(self._seen))]
+        return False
+
+    def chunks(self, n: int, fields: list[pa.Field]) -> list[Chunk]:
+        have = self._by_rows.pop(n, None)
+        if have is None:
+            have = {}
+            while len(self._by_rows) >= self._keep:
+                del self._by_rows[next(iter(self._by_rows))]
+        self._by_rows[n] = have  # the latest last
+        missing = [f for f in fields if f.name not in have]
+        if missing:
+            table = pa.table([pa.nulls(n, f.type) for f in missing], schema=pa.schema(missing))
+            have.update(zip([f.name for f in missing], _chunks(_one_group(table, self._new_writer))[1], strict=True))
+        return [have[f.name] for f in fields]
 
 
 def _footer(buf: bytes) -> T.Fields:
@@ -73,27 +144,105 @@ def _footer(buf: bytes) -> T.Fields:
     return T.decode(buf[-8 - length : -8])
 
 
-def _holes(group: T.Fields) -> None:
-    """Mark every position in a row group's metadata as a hole, relative to its first byte."""
-    base = T.get(group, _GROUP_OFFSET)
-    start = base if base is not None else len(MAGIC)
+def _chunks(buf: bytes | memoryview) -> tuple[T.Fields, list[Chunk]]:
+    """The one row group of a file: its metadata and its column chunks, each movable on its own.
 
-    def hole(fields: T.Fields, fid: int) -> None:
-        for f in fields:
-            if f[0] == fid and f[2]:  # Arrow writes ColumnChunk.file_offset (deprecated) as 0
-                f[2] = T.Hole(f[2] - start)
+    Read from the footer's bytes, decoding no more than the positions and sizes: a chunk's
+    metadata is its bytes, cut where a position is written (the holes).
+    """
+    if bytes(buf[: len(MAGIC)]) != MAGIC or bytes(buf[-len(MAGIC) :]) != MAGIC:
+        raise T.ThriftError("not a Parquet file")
+    reader = T.Reader(buf, len(buf) - 8 - int.from_bytes(buf[-8:-4], "little"))
+    found: tuple[T.Fields, list[Chunk]] | None = None
+    last = 0
+    while (field := reader.header(last)) is not None:
+        last, typ = field
+        if last != _GROUPS:
+            reader.skip(typ)
+            continue
+        if reader.list_header()[1] != 1:
+            raise T.ThriftError("a piece must hold exactly one row group")
+        found = _group(reader, buf)
+    if found is None:
+        raise T.ThriftError("a piece must hold exactly one row group")
+    return found
 
-    hole(group, _GROUP_OFFSET)
-    for chunk in T.get(group, 1).items:
-        for fid, what in _ELSEWHERE.items():
-            if fid != 14 and T.get(chunk, fid) is not None:
-                raise T.ThriftError(f"a row group with a {what} cannot be moved")
-        hole(chunk, _CHUNK_OFFSET)
-        meta = T.get(chunk, _CHUNK_META)
-        if T.get(meta, 14) is not None:
-            raise T.ThriftError("a row group with a bloom filter cannot be moved")
-        for fid in _META_OFFSETS:
-            hole(meta, fid)
+
+def _group(reader: T.Reader, buf: bytes | memoryview) -> tuple[T.Fields, list[Chunk]]:
+    """A RowGroup's fields (its columns left out) and its column chunks."""
+    group: T.Fields = []
+    chunks: list[Chunk] = []
+    last = 0
+    while (field := reader.header(last)) is not None:
+        last, typ = field
+        if last == _COLUMNS:
+            for _ in range(reader.list_header()[1]):
+                chunks.append(_chunk(reader, buf))
+            group.append([last, typ, None])
+        else:
+            group.append([last, typ, reader.field_value(typ)])
+    return group, chunks
+
+
+def _chunk(reader: T.Reader, buf: bytes | memoryview) -> Chunk:
+    """A ColumnChunk: its bytes in the file and its metadata's bytes cut around its positions."""
+    begin = reader.pos
+    cuts: list[tuple[int, int, int]] = []  # a position's varint: where it starts and ends, its value
+    sizes: dict[int, int] = {}
+    pages: dict[int, int] = {}
+
+    def position() -> int:
+        at = reader.pos
+        value = reader.zigzag()
+        if value:  # Arrow writes ColumnChunk.file_offset (deprecated) as 0
+            cuts.append((at, reader.pos, value))
+        return value
+
+    last = 0
+    while (field := reader.header(last)) is not None:
+        last, typ = field
+        if last in _ELSEWHERE and last != 14:
+            raise T.ThriftError(f"a row group with a {_ELSEWHERE[last]} cannot be moved")
+        if last == _CHUNK_OFFSET:
+            position()
+        elif last == _CHUNK_META:
+            inner = 0
+            while (meta := reader.header(inner)) is not None:
+                inner, kind = meta
+                if inner in _META_OFFSETS:
+                    pages[inner] = position()
+                elif inner in (_UNCOMPRESSED, _COMPRESSED):
+                    sizes[inner] = reader.zigzag()
+                elif inner == 14:
+                    raise T.ThriftError("a row group with a bloom filter cannot be moved")
+                else:
+                    reader.skip(kind)
+        else:
+            reader.skip(typ)
+    start = pages.get(_DICTIONARY_PAGE) or pages[_DATA_PAGE]
+    parts, at = [], begin
+    for cut_start, cut_end, _ in cuts:
+        parts.append(bytes(buf[at:cut_start]))
+        at = cut_end
+    parts.append(bytes(buf[at : reader.pos]))
+    spliced = T.Spliced(parts, [value - start for _, _, value in cuts])
+    return Chunk(buf[start : start + sizes[_COMPRESSED]], spliced, sizes[_UNCOMPRESSED])
+
+
+def _piece(group: T.Fields, chunks: list[Chunk], rows: int) -> Piece:
+    """A row group of ``chunks`` in their order, its metadata ``group``'s with their sizes and places."""
+    metas, pos = [], 0
+    for chunk in chunks:
+        metas.append(T.Spliced(chunk.meta.parts, chunk.meta.offsets, pos))
+        pos += len(chunk.data)
+    sizes = {_COLUMNS: T.List(T.STRUCT, metas), _BYTES: sum(c.size for c in chunks), _GROUP_SIZE: pos}
+    for f in group:
+        if f[0] in sizes:
+            f[2] = sizes[f[0]]
+        elif f[0] == _GROUP_OFFSET:
+            f[2] = T.Hole(0)  # the first chunk's first byte
+    parts, offsets = T.encode_parts(group)
+    return Piece(parts, offsets, rows, pos, b"".join(c.data for c in chunks))
 
 
 class Joiner:

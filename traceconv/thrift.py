@@ -36,20 +36,31 @@ class Hole:
 
 
 @dataclass
+class Spliced:
+    """A value encoded around holes (what :func:`encode_parts` returns), written as it is with
+    ``shift`` added to every hole's value (a column chunk's metadata moved within its row group)."""
+
+    parts: list[bytes]
+    offsets: list[int]
+    shift: int = 0
+
+
+@dataclass
 class List:
     elem: int  # the elements' type
     items: list[Any]
 
 
 class Reader:
-    def __init__(self, data: bytes, pos: int = 0) -> None:
+    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
         self.data = data
         self.pos = pos
 
     def _byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise ThriftError("Thrift data ends early")
-        b = self.data[self.pos]
+        try:
+            b = self.data[self.pos]
+        except IndexError:
+            raise ThriftError("Thrift data ends early") from None
         self.pos += 1
         return b
 
@@ -81,26 +92,86 @@ class Reader:
             self.pos += n
             return self.data[self.pos - n : self.pos]
         if typ in (LIST, SET):
-            head = self._byte()
-            size = head >> 4 if head >> 4 != 15 else self.varint()
-            elem = head & 0x0F
+            elem, size = self.list_header()
             return List(elem, [self.value(elem) for _ in range(size)])
         if typ == STRUCT:
             return self.fields()
         raise ThriftError(f"Thrift type {typ} is not used by Parquet footers")
 
+    def list_header(self) -> tuple[int, int]:
+        """A list's (element type, size)."""
+        head = self._byte()
+        return head & 0x0F, head >> 4 if head >> 4 != 15 else self.varint()
+
+    def header(self, last: int) -> tuple[int, int] | None:
+        """The next field's (id, type) in a struct whose previous field was ``last``; None at its end."""
+        head = self._byte()
+        if head == 0:
+            return None
+        typ, delta = head & 0x0F, head >> 4
+        return (last + delta if delta else self.zigzag()), typ
+
+    def field_value(self, typ: int) -> Any:
+        """The value of a field of type ``typ`` (a boolean field's is in its type)."""
+        return typ == BOOL_TRUE if typ in (BOOL_TRUE, BOOL_FALSE) else self.value(typ)
+
+    def skip(self, typ: int) -> None:
+        """Past a field's value, making nothing of it."""
+        try:
+            self.pos = _skip(self.data, self.pos, typ)
+        except IndexError:
+            raise ThriftError("Thrift data ends early") from None
+
     def fields(self) -> Fields:
         out: Fields = []
         last = 0
-        while True:
-            head = self._byte()
-            if head == 0:
-                return out
-            typ, delta = head & 0x0F, head >> 4
-            fid = last + delta if delta else self.zigzag()
-            value = typ == BOOL_TRUE if typ in (BOOL_TRUE, BOOL_FALSE) else self.value(typ)
-            out.append([fid, typ, value])
-            last = fid
+        while (field := self.header(last)) is not None:
+            last, typ = field
+            out.append([last, typ, self.field_value(typ)])
+        return out
+
+
+def _skip(data: bytes | memoryview, pos: int, typ: int) -> int:
+    """Where a value of type ``typ`` at ``pos`` ends (IndexError: the data ends first)."""
+    if typ in (BOOL_TRUE, BOOL_FALSE):  # a field's: in its type
+        return pos
+    if typ in (I16, I32, I64):
+        while data[pos] & 0x80:
+            pos += 1
+        return pos + 1
+    if typ == STRUCT:
+        while head := data[pos]:
+            pos += 1
+            if not head >> 4:  # the long form: the field id follows
+                pos = _skip(data, pos, I16)
+            pos = _skip(data, pos, head & 0x0F)
+        return pos + 1
+    if typ in (BINARY, LIST, SET):
+        if typ == BINARY:
+            size, elem = 0, BYTE
+        else:
+            head = data[pos]
+            size, elem = head >> 4, head & 0x0F
+            pos += 1
+        if typ == BINARY or size == 15:
+            size = shift = 0
+            while True:
+                b = data[pos]
+                pos += 1
+                size |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    break
+                shift += 7
+        if elem in (BYTE, BOOL_TRUE, BOOL_FALSE):  # a byte an element
+            if pos + size > len(data):
+                raise IndexError(pos + size)
+            return pos + size
+        for _ in range(size):
+            pos = _skip(data, pos, elem)
+        return pos
+    if typ == DOUBLE:
+        return pos + 8
+    raise ThriftError(f"Thrift type {typ} is not used by Parquet footers")
 
 
 def _varint(n: int, out: bytearray) -> None:
@@ -121,6 +192,13 @@ def _value(typ: int, value: Any, out: bytearray, holes: list[tuple[int, int]] | 
         if holes is None:
             raise ThriftError("a hole outside encode_parts")
         holes.append((len(out), value.value))
+    elif isinstance(value, Spliced):
+        if holes is None:
+            raise ThriftError("holes outside encode_parts")
+        out += value.parts[0]
+        for offset, part in zip(value.offsets, value.parts[1:], strict=True):
+            holes.append((len(out), offset + value.shift))
+            out += part
     elif typ in (BOOL_TRUE, BOOL_FALSE):
         out.append(BOOL_TRUE if value else BOOL_FALSE)
     elif typ == BYTE:

@@ -10,6 +10,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ from traceconv import dataset, process
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import TraceconvError
-from traceconv.parquet_join import Joiner, Piece
+from traceconv.parquet_join import Joiner, NullChunks, Piece, encode
 from traceconv.readers import Progress, Reader, open_reader
 from traceconv.readers.base import Rewind
 
@@ -150,8 +151,12 @@ def _metadata(reader: Reader, result: WriteResult) -> dict[bytes, bytes]:
     }
 
 
-def new_writer(sink: Any, repeated: Sequence[str] = ()) -> Any:
+def new_writer(sink: Any, repeated: Sequence[str] = (), schema: pa.Schema = S.SCHEMA, piece: bool = False) -> Any:
     """The Parquet writer of every traceconv output, on ``sink``.
+
+    ``schema``: some of the unified schema's columns, for a row group encoded in parts; ``piece``:
+    the file is a row group to be joined (``parquet_join``), its footer read for the row group
+    only (no Arrow schema in it).
 
     Dictionary pages where the schema says dictionary, and for the ``repeated`` columns of a
     format whose values repeat (a reader's ``REPEATED``): a PyTorch trace's args JSON never
@@ -161,6 +166,8 @@ def new_writer(sink: Any, repeated: Sequence[str] = ()) -> Any:
     """
     return _parquet_writer(
         sink,
+        schema,
+        store_schema=not piece,
         compression=COMPRESSION,
         compression_level=COMPRESSION_LEVEL,
         use_dictionary=[*DICTIONARY_COLUMNS, *repeated],
@@ -173,34 +180,51 @@ def new_writer(sink: Any, repeated: Sequence[str] = ()) -> Any:
 def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitioned: bool = False) -> WriteResult:
     """Write to a temporary name beside ``out`` and rename on success: never a half-written file.
 
+    One writer encodes the tables one after another, or, for a reader whose ``SPARSE_GROUPS``
+    says that its tables fill few of the schema's columns and have a few sizes, each table is
+    encoded apart with its all-null columns' chunks reused (``parquet_join.NullChunks``) and the
+    row groups are joined: the same bytes.
+
     ``partitioned``: ``out`` names a part of a dataset (``OUT/<trace>.parquet``), renamed into
     the partition of the trace's rank (:mod:`traceconv.dataset`) once complete.
     """
     out = Path(out)
     result = WriteResult(path=out)
 
-    def write(tmp: Path) -> None:
+    repeated = getattr(reader, "REPEATED", ())
+
+    def feed(write_one: Callable[[pa.Table], None]) -> None:
+        # Handed over, not queued: the reader makes the next table while one is encoded, and no
+        # third waits (the writer is the slower side: a queue holds memory and gains no speed).
+        background = BackgroundWriter(write_one, depth=0)
+        try:
+            for table in tables:
+                _tally(result, table)
+                background.put(table)
+                del table  # not kept while the reader makes the next one
+        finally:
+            background.close()
+
+    def streamed(tmp: Path) -> None:
         # A buffered stream: the writer asks for its position before every page (an lseek on
         # a plain file, 6% of its time) and writes in small pieces.
         with pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink:
-            writer = new_writer(sink, getattr(reader, "REPEATED", ()))
+            writer = new_writer(sink, repeated)
             try:
-                # Handed over, not queued: the reader makes the next table while one is encoded, and no
-                # third waits (the writer is the slower side: a queue holds memory and gains no speed).
-                background = BackgroundWriter(
-                    lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=0
-                )
-                try:
-                    for table in tables:
-                        _tally(result, table)
-                        background.put(table)
-                        del table  # not kept while the reader makes the next one
-                finally:
-                    background.close()
+                feed(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)))
                 writer.add_key_value_metadata(_metadata(reader, result))
             finally:
                 writer.close()
 
+    def joined(tmp: Path) -> None:
+        piece_writer = partial(new_writer, repeated=repeated)
+        nulls = NullChunks(piece_writer)
+        with open(tmp, APPEND_RAW, buffering=0) as sink:
+            joiner = Joiner(sink, new_writer)
+            feed(lambda t: joiner.add(encode(t, piece_writer, nulls)))
+            joiner.finish(_metadata(reader, result))
+
+    write = joined if getattr(reader, "SPARSE_GROUPS", False) else streamed
     result.path = _atomic(out, write, tables, _placer(reader, out) if partitioned else None)
     result.info = reader.info
     return result
@@ -266,7 +290,7 @@ def _atomic(
         raise
 
 
-def _parquet_writer(sink: pa.NativeFile, **options: Any) -> Any:
+def _parquet_writer(sink: pa.NativeFile, schema: pa.Schema, **options: Any) -> Any:
     """The class that ``pyarrow.parquet.ParquetWriter`` wraps, made as that wrapper makes it.
 
     Importing ``pyarrow.parquet`` imports ``pyarrow.fs``, which loads the S3, GCS, Azure and
@@ -279,11 +303,11 @@ def _parquet_writer(sink: pa.NativeFile, **options: Any) -> Any:
 
         if not hasattr(ParquetWriter, "add_key_value_metadata"):
             raise ImportError("pyarrow._parquet.ParquetWriter without add_key_value_metadata")
-        return ParquetWriter(sink, S.SCHEMA, **WRITER_DEFAULTS, **options)
+        return ParquetWriter(sink, schema, **(WRITER_DEFAULTS | options))
     except (ImportError, TypeError):
         import pyarrow.parquet as pq
 
-        return pq.ParquetWriter(sink, S.SCHEMA, **options)
+        return pq.ParquetWriter(sink, schema, **options)
 
 
 def _no_space(exc: OSError) -> bool:

@@ -58,6 +58,9 @@ class NsysReader:
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"include_environment", "source_path"})
     REPEATED: ClassVar[tuple[str, ...]] = REPEATED_COLUMNS
+    # Each table is one table's batch of the export: most of the schema's columns are null in all
+    # its rows, and most batches have one of a few sizes (writing.write_tables reuses their chunks).
+    SPARSE_GROUPS: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -106,6 +106,7 @@ class NsysReportReader:
 
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"include_environment", "nsys"})
     REPEATED: ClassVar[tuple[str, ...]] = REPEATED_COLUMNS
+    SPARSE_GROUPS: ClassVar[bool] = NsysReader.SPARSE_GROUPS
 
     def __init__(
         self,
