@@ -193,10 +193,8 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
 
     repeated = getattr(reader, "REPEATED", ())
 
-    def feed(write_one: Callable[[pa.Table], None]) -> None:
-        # Handed over, not queued: the reader makes the next table while one is encoded, and no
-        # third waits (the writer is the slower side: a queue holds memory and gains no speed).
-        background = BackgroundWriter(write_one, depth=0)
+    def feed(write_one: Callable[[pa.Table], None], depth: int) -> None:
+        background = BackgroundWriter(write_one, depth=depth)
         try:
             for table in tables:
                 _tally(result, table)
@@ -211,7 +209,9 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
         with pa.output_stream(tmp, compression=None, buffer_size=WRITE_BUFFER) as sink:
             writer = new_writer(sink, repeated)
             try:
-                feed(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)))
+                # Handed over, not queued: the reader makes the next table while one is encoded, and no
+                # third waits (the writer is the slower side: a queue holds memory and gains no speed).
+                feed(lambda t: writer.write_table(t, row_group_size=max(t.num_rows, 1)), depth=0)
                 writer.add_key_value_metadata(_metadata(reader, result))
             finally:
                 writer.close()
@@ -221,7 +221,9 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
         nulls = NullChunks(piece_writer)
         with open(tmp, APPEND_RAW, buffering=0) as sink:
             joiner = Joiner(sink, new_writer)
-            feed(lambda t: joiner.add(encode(t, piece_writer, nulls)))
+            # One table queued: a row group whose null columns are reused is encoded sooner than
+            # the reader makes the next, and the reader need not wait for the writer to take it.
+            feed(lambda t: joiner.add(encode(t, piece_writer, nulls)), depth=1)
             joiner.finish(_metadata(reader, result))
 
     write = joined if getattr(reader, "SPARSE_GROUPS", False) else streamed
