@@ -72,7 +72,8 @@ class GroupPool(Workers):
         self._procs: list[Any] = []
         self._files: list[str] = []
         self._fds: list[int] = []
-        self._load: list[int] = []  # per worker started: row groups sent and not yet taken
+        self._load: list[int] = []  # per worker started: row groups sent and not yet answered
+        self._sent: list[deque[int]] = []  # per worker started: those row groups, in order
         self.converted_here = 0
 
     def _start(self) -> int:
@@ -83,42 +84,60 @@ class GroupPool(Workers):
         self._procs.append(fork_worker(self._ctx, _serve, args, self._conns, "traceconv-pass2"))
         self._fds.append(os.open(path, os.O_RDONLY))
         self._load.append(0)
+        self._sent.append(deque())
         return len(self._conns) - 1
 
     def map(self, count: int) -> Iterator[Done]:
-        """Row groups 0 .. count-1, converted, in order."""
-        pending: deque[tuple[int, int, Any]] = deque()  # (group, worker or -1: here, result done here)
+        """Row groups 0 .. count-1, converted, in order. Replies are taken from whichever worker
+        has one, so that a worker that is done gets the next row group at once (taken in order,
+        the first workers forked, done first, were given more than the last, which then waited)."""
+        order: deque[int] = deque()  # row groups sent or converted, not yet yielded
+        done: dict[int, Done] = {}
         load = self._load
         for group in range(count):
-            while pending and (pending[0][1] < 0 or self._conns[pending[0][1]].poll()):
-                yield self._take(pending, load)
+            self._receive(done, block=False)
+            while order and order[0] in done:
+                yield done.pop(order.popleft())
+            order.append(group)
             worker = next_worker(load, self._workers, self._start) if self._workers else -1
             if worker < 0 or load[worker] >= IN_FLIGHT:
-                pending.append((group, -1, self._here(group)))
+                piece, extra = self._here(group)
+                done[group] = piece, None, extra
                 self.converted_here += 1
                 continue
             self._conns[worker].send(group)
-            pending.append((group, worker, None))
+            self._sent[worker].append(group)
             load[worker] += 1
         self.stop()  # every row group is sent: each worker ends once it has answered its own
-        while pending:
-            yield self._take(pending, load)
+        while order:
+            if order[0] not in done:
+                self._receive(done, block=True)
+                continue
+            yield done.pop(order.popleft())
 
-    def _take(self, pending: deque[tuple[int, int, Any]], load: list[int]) -> Done:
-        group, worker, local = pending.popleft()
-        if worker < 0:
-            piece, extra = local
-            return piece, None, extra
-        try:
-            seq, ok, piece, extra = self._conns[worker].recv()
-        except (EOFError, OSError) as exc:
-            raise RuntimeError(f"a pass-2 worker stopped ({exc or 'no reply'})") from None
-        load[worker] -= 1
-        assert seq == group, (seq, group)
-        if not ok:  # the same work here raises the error with its traceback
-            piece, extra = self._here(group)
-            return piece, None, extra
-        return piece, self._fds[worker], extra
+    def _receive(self, done: dict[int, Done], block: bool) -> None:
+        """The replies that have come (``block``: at least one), into ``done`` by row group."""
+        from multiprocessing.connection import wait
+
+        busy = [conn for conn, load in zip(self._conns, self._load, strict=True) if load]
+        if not busy:
+            return
+        ready = wait(busy, timeout=None if block else 0)
+        for worker, conn in enumerate(self._conns):
+            if conn not in ready:
+                continue
+            try:
+                seq, ok, piece, extra = conn.recv()
+            except (EOFError, OSError) as exc:
+                raise RuntimeError(f"a pass-2 worker stopped ({exc or 'no reply'})") from None
+            group = self._sent[worker].popleft()  # a worker answers its row groups in the order sent
+            self._load[worker] -= 1
+            assert seq == group, (seq, group)
+            if not ok:  # the same work here raises the error with its traceback
+                piece, extra = self._here(group)
+                done[group] = piece, None, extra
+            else:
+                done[group] = piece, self._fds[worker], extra
 
     def _here(self, group: int) -> tuple[Piece, Any]:
         """A row group converted in this process (its bytes kept in the piece), for good."""
