@@ -111,7 +111,7 @@ class NullChunks:
     def __init__(self, new_writer: NewWriter, keep: int = 8) -> None:
         self._new_writer = new_writer
         self._keep = keep
-        self._by_rows: dict[int, dict[str, Chunk]] = {}
+        self._by_rows: dict[int, dict[pa.Field, Chunk]] = {}  # by row count, then column (name and type)
         self._seen: dict[int, None] = {}  # row counts met, the latest last
 
     def repeated(self, n: int) -> bool:
@@ -130,11 +130,11 @@ class NullChunks:
             while len(self._by_rows) >= self._keep:
                 del self._by_rows[next(iter(self._by_rows))]
         self._by_rows[n] = have  # the latest last
-        missing = [f for f in fields if f.name not in have]
+        missing = [f for f in fields if f not in have]
         if missing:
             table = pa.table([pa.nulls(n, f.type) for f in missing], schema=pa.schema(missing))
-            have.update(zip([f.name for f in missing], _chunks(_one_group(table, self._new_writer))[1], strict=True))
-        return [have[f.name] for f in fields]
+            have.update(zip(missing, _chunks(_one_group(table, self._new_writer))[1], strict=True))
+        return [have[f] for f in fields]
 
 
 def _footer(buf: bytes) -> T.Fields:
