@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tracemalloc
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -174,8 +175,7 @@ def test_writer_is_pyarrow_parquets_without_its_filesystems(tmp_path: Path) -> N
     options |= {"use_dictionary": tio.DICTIONARY_COLUMNS, "write_statistics": tio.STATISTICS_COLUMNS}
     options |= {"data_page_size": tio.DATA_PAGE}
     written = []
-    ours = lambda sink, **o: tio._parquet_writer(sink, S.SCHEMA, **o)  # noqa: E731
-    for make in (ours, lambda sink, **o: pq.ParquetWriter(sink, S.SCHEMA, **o)):
+    for make in (partial(tio._parquet_writer, schema=S.SCHEMA), partial(pq.ParquetWriter, schema=S.SCHEMA)):
         path = tmp_path / f"{len(written)}.parquet"
         with pa.output_stream(path, compression=None) as sink:
             writer = make(sink, **options)

@@ -89,3 +89,30 @@ def test_a_truncated_footer_is_a_thrift_error() -> None:
     cut = bytes(buf[:-40]) + bytes(buf[-8:])
     with pytest.raises(T.ThriftError):
         J._chunks(cut)
+
+
+def test_skipping_a_value_of_each_type_ends_where_decoding_it_does() -> None:
+    """Hand-made: a struct with a field of every compact-protocol type a footer may hold, field ids
+    in both header forms, a long list; skipping it lands where decoding it does."""
+    inner = [[1, T.I32, -7], [40, T.BINARY, b"x" * 200]]  # id 40: the long form of a field header
+    fields = [
+        [1, T.BOOL_TRUE, True],
+        [2, T.BYTE, -3],
+        [3, T.I16, 300],
+        [4, T.I64, -(2**40)],
+        [5, T.DOUBLE, 2.5],
+        [6, T.BINARY, b"abc"],
+        [7, T.LIST, T.List(T.I32, list(range(20)))],  # 20 elements: the long form of a list header
+        [8, T.LIST, T.List(T.BOOL_TRUE, [True, False, True])],
+        [9, T.LIST, T.List(T.STRUCT, [inner, inner])],
+        [10, T.STRUCT, inner],
+        [11, T.BOOL_FALSE, False],
+    ]
+    data = T.encode(fields) + b"tail"
+    decoded = T.Reader(data)
+    assert decoded.fields() == fields
+    skipped = T.Reader(data)
+    skipped.skip(T.STRUCT)
+    assert skipped.pos == decoded.pos == len(data) - 4
+    with pytest.raises(T.ThriftError):
+        T.Reader(data[:-30]).skip(T.STRUCT)

@@ -32,10 +32,14 @@ _META_OFFSETS = (_DATA_PAGE, 10, _DICTIONARY_PAGE)
 _COLUMNS, _BYTES, _GROUP_SIZE = 1, 2, 6
 _UNCOMPRESSED, _COMPRESSED = 6, 7
 # Written after every row group (not inside one): such a file cannot be joined this way.
-_ELSEWHERE = {4: "offset index", 6: "column index", 14: "bloom filter"}
+# ColumnChunk's offset and column index offsets; ColumnMetaData's bloom filter offset.
+_ELSEWHERE = {4: "offset index", 6: "column index"}
+_BLOOM_FILTER = 14
 _ROWS, _GROUPS = 3, 4
 
-NewWriter = Callable[..., Any]  # (sink, schema=the unified schema) -> a ParquetWriter (the options of the output)
+# (sink, schema=the unified schema, piece=False) -> a ParquetWriter with the output's options
+# (``piece``: a row group to be joined, its footer read for the row group only)
+NewWriter = Callable[..., Any]
 
 
 @dataclass
@@ -62,13 +66,12 @@ def encode(table: pa.Table, new_writer: NewWriter, nulls: NullChunks | None = No
     """
     n = table.num_rows
     empty = [i for i, c in enumerate(table.columns) if _all_null(c, n)] if nulls and nulls.repeated(n) else []
-    if not empty or len(empty) == table.num_columns:
+    if nulls is None or not empty or len(empty) == table.num_columns:
         group, chunks = _chunks(_one_group(table, new_writer))
         return _piece(group, chunks, n)
     skip = set(empty)
     kept = [i for i in range(table.num_columns) if i not in skip]
     group, encoded = _chunks(_one_group(table.select(kept), new_writer))
-    assert nulls is not None
     filled = iter(nulls.chunks(n, [table.schema.field(i) for i in empty]))
     by_column = iter(encoded)
     return _piece(group, [next(filled) if i in skip else next(by_column) for i in range(table.num_columns)], n)
@@ -137,11 +140,15 @@ class NullChunks:
         return [have[f] for f in fields]
 
 
-def _footer(buf: bytes) -> T.Fields:
-    if buf[: len(MAGIC)] != MAGIC or buf[-len(MAGIC) :] != MAGIC:
+def _footer_start(buf: bytes | memoryview) -> int:
+    """Where a Parquet file's footer (its Thrift ``FileMetaData``) begins; it ends 8 bytes before the end."""
+    if bytes(buf[: len(MAGIC)]) != MAGIC or bytes(buf[-len(MAGIC) :]) != MAGIC:
         raise T.ThriftError("not a Parquet file")
-    length = int.from_bytes(buf[-8:-4], "little")
-    return T.decode(buf[-8 - length : -8])
+    return len(buf) - 8 - int.from_bytes(buf[-8:-4], "little")
+
+
+def _footer(buf: bytes) -> T.Fields:
+    return T.decode(buf[_footer_start(buf) : -8])
 
 
 def _chunks(buf: bytes | memoryview) -> tuple[T.Fields, list[Chunk]]:
@@ -150,22 +157,16 @@ def _chunks(buf: bytes | memoryview) -> tuple[T.Fields, list[Chunk]]:
     Read from the footer's bytes, decoding no more than the positions and sizes: a chunk's
     metadata is its bytes, cut where a position is written (the holes).
     """
-    if bytes(buf[: len(MAGIC)]) != MAGIC or bytes(buf[-len(MAGIC) :]) != MAGIC:
-        raise T.ThriftError("not a Parquet file")
-    reader = T.Reader(buf, len(buf) - 8 - int.from_bytes(buf[-8:-4], "little"))
-    found: tuple[T.Fields, list[Chunk]] | None = None
+    reader = T.Reader(buf, _footer_start(buf))
     last = 0
     while (field := reader.header(last)) is not None:
         last, typ = field
-        if last != _GROUPS:
-            reader.skip(typ)
-            continue
-        if reader.list_header()[1] != 1:
-            raise T.ThriftError("a piece must hold exactly one row group")
-        found = _group(reader, buf)
-    if found is None:
-        raise T.ThriftError("a piece must hold exactly one row group")
-    return found
+        if last == _GROUPS:
+            if reader.list_header()[1] != 1:
+                break
+            return _group(reader, buf)  # what follows (key-value metadata, column orders) is not needed
+        reader.skip(typ)
+    raise T.ThriftError("a piece must hold exactly one row group")
 
 
 def _group(reader: T.Reader, buf: bytes | memoryview) -> tuple[T.Fields, list[Chunk]]:
@@ -201,7 +202,7 @@ def _chunk(reader: T.Reader, buf: bytes | memoryview) -> Chunk:
     last = 0
     while (field := reader.header(last)) is not None:
         last, typ = field
-        if last in _ELSEWHERE and last != 14:
+        if last in _ELSEWHERE:
             raise T.ThriftError(f"a row group with a {_ELSEWHERE[last]} cannot be moved")
         if last == _CHUNK_OFFSET:
             position()
@@ -213,7 +214,7 @@ def _chunk(reader: T.Reader, buf: bytes | memoryview) -> Chunk:
                     pages[inner] = position()
                 elif inner in (_UNCOMPRESSED, _COMPRESSED):
                     sizes[inner] = reader.zigzag()
-                elif inner == 14:
+                elif inner == _BLOOM_FILTER:
                     raise T.ThriftError("a row group with a bloom filter cannot be moved")
                 else:
                     reader.skip(kind)

@@ -169,6 +169,8 @@ def _skip(data: bytes | memoryview, pos: int, typ: int) -> int:
         for _ in range(size):
             pos = _skip(data, pos, elem)
         return pos
+    if typ == BYTE:
+        return pos + 1
     if typ == DOUBLE:
         return pos + 8
     raise ThriftError(f"Thrift type {typ} is not used by Parquet footers")
