@@ -1,5 +1,5 @@
-"""Row groups encoded apart, their all-null columns' chunks reused (how an Nsight Systems export is
-written): the bytes that one writer writes from the same tables."""
+"""Row groups encoded apart, the chunks of their uniform columns (one value in every row, or none)
+reused (how an Nsight Systems export is written): the bytes that one writer writes from the same tables."""
 
 from __future__ import annotations
 
@@ -32,52 +32,101 @@ def _written(
 
 
 @pytest.mark.parametrize("path", EXPORTS, ids=lambda p: param_path(p).name[:60])
-def test_null_chunks_reused_give_one_writers_bytes(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uniform_chunks_reused_give_one_writers_bytes(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(batches, "BATCH_ROWS", SMALL_BATCH)
     monkeypatch.setattr(batches, "MIN_BATCH_ROWS", SMALL_BATCH // 4)
     reader = open_reader(param_path(path))
     assert isinstance(reader, NsysReader) and reader.SPARSE_GROUPS
     tables = tio.rewound(lambda: list(reader.tables()))
-    reused = []
-    chunks = J.NullChunks.chunks
-    monkeypatch.setattr(J.NullChunks, "chunks", lambda self, n, fields: reused.append(n) or chunks(self, n, fields))
+    reused: list[str] = []
+    find = J.UniformChunks.find
+
+    def found(self: J.UniformChunks, n: int, keys: list[tuple[pa.Field, object]]) -> list[J.Chunk | None]:
+        got = find(self, n, keys)
+        reused.extend(f.name for (f, _), chunk in zip(keys, got, strict=True) if chunk is not None)
+        return got
+
+    monkeypatch.setattr(J.UniformChunks, "find", found)
     one = _written(reader, tables, tmp_path / "one.parquet", False, monkeypatch)
     assert not reused  # one writer: nothing taken apart
     joined = _written(reader, tables, tmp_path / "joined.parquet", True, monkeypatch)
     assert joined == one
     sizes = [t.num_rows for t in tables]
-    if any(sizes.count(n) > 1 for n in sizes):  # a size that comes again: its null chunks come from the cache
-        assert reused
+    if any(sizes.count(n) > 1 for n in sizes):  # a size that comes again: its uniform chunks come from the cache
+        assert "source" in reused  # one value in every row of every table
     footer = one[-8 - int.from_bytes(one[-8:-4], "little") : -8]
     skipped = T.Reader(footer)
     skipped.skip(T.STRUCT)
     assert skipped.pos == len(footer)  # skipping a struct ends where decoding it does
 
 
-def test_a_null_dictionary_column_with_values_is_encoded_not_reused(tmp_path: Path) -> None:
-    """Hand-made from a real export's rows (no export has it): a dictionary column whose rows are all
-    null but whose dictionary holds values writes that dictionary; its chunk is not a null chunk."""
+def test_a_null_dictionary_column_with_values_is_not_taken_for_a_null_column(tmp_path: Path) -> None:
+    """Hand-made from a real export's rows (no export has both in row groups of one size): a
+    dictionary column whose rows are all null but whose dictionary holds values writes that
+    dictionary; its chunk is not the one of a column without a dictionary."""
     reader = open_reader(fixture("nsys/h200/graph_node.sqlite"))
     table = next(t for t in tio.rewound(lambda: list(reader.tables())) if t.num_rows > 10)
     n = table.num_rows
     i = table.schema.get_field_index("launch_name")
-    odd = pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array(["kernel"], pa.string()))
-    tables = [table.set_column(i, S.SCHEMA.field(i), odd) for _ in range(3)]  # one size, three times
+    with_values = pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array(["kernel"], pa.string()))
+    empty = pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    tables = [table.set_column(i, S.SCHEMA.field(i), column) for column in (with_values, empty) * 2]  # one size
+    assert J._uniform_key(tables[0].column(i), n) != J._uniform_key(tables[1].column(i), n)
+    joined = _joined(tables, tmp_path)
+    assert joined == _one_writer(tables)
+    written = pq.ParquetFile(pa.BufferReader(joined))
+    dictionaries = [written.read_row_group(g).column("launch_name").chunk(0).dictionary.to_pylist() for g in range(4)]
+    assert dictionaries == [["kernel"], [], ["kernel"], []]
+
+
+def _one_writer(tables: list[pa.Table]) -> bytes:
     sink = pa.BufferOutputStream()
     writer = tio.new_writer(sink)
     for t in tables:
-        writer.write_table(t, row_group_size=n)
+        writer.write_table(t, row_group_size=t.num_rows)
     writer.close()
-    one = sink.getvalue().to_pybytes()
-    nulls = J.NullChunks(tio.new_writer)
-    with open(tmp_path / "joined.parquet", "xb", buffering=0) as out:
+    return sink.getvalue().to_pybytes()
+
+
+def _joined(tables: list[pa.Table], tmp_path: Path) -> bytes:
+    uniform = J.UniformChunks()
+    with open(tmp_path / "joined.parquet", "wb", buffering=0) as out:
         joiner = J.Joiner(out, tio.new_writer)
         for t in tables:
-            joiner.add(J.encode(t, tio.new_writer, nulls))
+            joiner.add(J.encode(t, tio.new_writer, uniform))
         joiner.finish({})
-    joined = (tmp_path / "joined.parquet").read_bytes()
-    assert joined == one
-    assert pq.read_table(pa.BufferReader(joined)).column("launch_name").chunk(0).dictionary.to_pylist() == ["kernel"]
+    return (tmp_path / "joined.parquet").read_bytes()
+
+
+def test_uniform_columns_of_other_values_or_dictionaries_are_not_taken_for_each_other(tmp_path: Path) -> None:
+    """Hand-made from a real export's rows: row groups of one size whose uniform columns differ
+    only in their value, or in a dictionary entry no row uses (which is written all the same),
+    each get their own chunk; a row group whose every column is uniform and known is joined too."""
+    reader = open_reader(fixture("nsys/h200/graph_node.sqlite"))
+    table = next(t for t in tio.rewound(lambda: list(reader.tables())) if t.num_rows > 10)
+    n = table.num_rows
+    kind, pid = table.schema.get_field_index("kind"), table.schema.get_field_index("pid")
+
+    def with_kind(dictionary: list[str], value: int) -> pa.Table:
+        indices = pa.array([0] * n, pa.int32())
+        kinds = pa.DictionaryArray.from_arrays(indices, pa.array(dictionary, pa.string()))
+        return table.set_column(kind, S.SCHEMA.field(kind), kinds).set_column(
+            pid, S.SCHEMA.field(pid), pa.array([value] * n, pa.int64())
+        )
+
+    tables = [with_kind(["kernel"], 7), with_kind(["kernel", "memcpy"], 7), with_kind(["kernel"], 8)]
+    keys = [J._uniform_key(t.column(kind), n) for t in tables]
+    assert keys[0] is not None and len({*keys}) == 2  # uniform; the unused entry makes another key
+    assert J._uniform_key(tables[0].column(pid), n) != J._uniform_key(tables[2].column(pid), n)
+    every_row_alike = table.take([0] * n)  # every column uniform: the second and third are all known
+    for i, f in enumerate(table.schema):
+        if not (pa.types.is_integer(f.type) or pa.types.is_dictionary(f.type)):  # texts, reals: none kept
+            every_row_alike = every_row_alike.set_column(i, f, pa.nulls(n, f.type))
+    assert all(J._uniform_key(c, n) is not None for c in every_row_alike.columns)
+    tables += [every_row_alike] * 3 + [tables[0]]
+    assert _joined(tables, tmp_path) == _one_writer(tables)
 
 
 def test_a_truncated_footer_is_a_thrift_error() -> None:

@@ -56,33 +56,67 @@ class Piece:
     pos: int = 0
 
 
-def encode(table: pa.Table, new_writer: NewWriter, nulls: NullChunks | None = None) -> Piece:
+def encode(table: pa.Table, new_writer: NewWriter, uniform: UniformChunks | None = None) -> Piece:
     """``table`` as one row group of a file, encoded as one writer would (Arrow's writer
     leaves out the row group's ordinal, the one field that would say where it goes).
 
-    ``nulls``: the all-null columns' chunks are taken from there, not encoded again; the
-    writer encodes the other columns (an all-null column costs a writer a definition level
-    a row, though its chunk depends only on the number of rows).
+    ``uniform``: the chunks of columns that hold one value in every row (or none) are taken
+    from there where a row group of as many rows had the same column, not encoded again (such
+    a chunk depends only on the value and the number of rows); the writer encodes the others,
+    and the chunks of this table's uniform columns are kept there for the row groups to come.
     """
     n = table.num_rows
-    empty = [i for i, c in enumerate(table.columns) if _all_null(c, n)] if nulls and nulls.repeated(n) else []
-    if nulls is None or not empty or len(empty) == table.num_columns:
+    if uniform is None or not n:
+        return _piece(*_chunks(_one_group(table, new_writer)), n)
+    fields = table.schema
+    keys = [(fields.field(i), _uniform_key(c, n)) for i, c in enumerate(table.columns)]
+    known = uniform.find(n, keys)
+    todo = [i for i, chunk in enumerate(known) if chunk is None]
+    if len(todo) == len(keys):
         group, chunks = _chunks(_one_group(table, new_writer))
-        return _piece(group, chunks, n)
-    skip = set(empty)
-    kept = [i for i in range(table.num_columns) if i not in skip]
-    group, encoded = _chunks(_one_group(table.select(kept), new_writer))
-    filled = iter(nulls.chunks(n, [table.schema.field(i) for i in empty]))
-    by_column = iter(encoded)
-    return _piece(group, [next(filled) if i in skip else next(by_column) for i in range(table.num_columns)], n)
+    else:
+        # every column known: one is encoded all the same, for the row group's own fields
+        group, encoded = _chunks(_one_group(table.select(todo or [0]), new_writer))
+        fresh = iter(encoded)
+        chunks = [chunk if chunk is not None else next(fresh) for chunk in known]
+    uniform.keep(n, [(keys[i], chunks[i]) for i in todo if keys[i][1] is not None])
+    return _piece(group, chunks, n)
 
 
-def _all_null(column: pa.ChunkedArray, n: int) -> bool:
-    """Whether every value is null and nothing else is written (a dictionary column writes its
-    dictionary even where no row uses it: only an empty one is like a null column's)."""
-    if not n or column.null_count != n:
-        return False
-    return not pa.types.is_dictionary(column.type) or all(len(c.dictionary) == 0 for c in column.chunks)
+# The most entries of a dictionary column's dictionary for its chunk to be kept when it is uniform
+# (the names of an export's processes and threads are a few hundred).
+_KEPT_DICTIONARY = 1024
+_NULL = ("null",)
+
+
+def _uniform_key(column: pa.ChunkedArray, n: int) -> tuple[Any, ...] | None:
+    """What the chunk of a column that holds one value in every row, or none, depends on besides
+    the number of rows: its value, and for a dictionary column its dictionary (written whole,
+    whatever the rows use); None for any other column."""
+    if column.num_chunks != 1:
+        return _NULL if column.null_count == n and not pa.types.is_dictionary(column.type) else None
+    array = column.chunk(0)
+    if pa.types.is_dictionary(array.type):
+        if len(array.dictionary) > _KEPT_DICTIONARY:
+            return None
+        if array.null_count == n:
+            value = None
+        elif array.null_count or (value := _one_value(array.indices)) is None:
+            return None
+        return ("dictionary", value, tuple(array.dictionary.to_pylist()))
+    if array.null_count == n:
+        return _NULL
+    if array.null_count or not pa.types.is_integer(array.type):
+        return None
+    value = _one_value(array)
+    return None if value is None else ("integer", value)
+
+
+def _one_value(array: pa.Array) -> int | None:
+    """The value of an integer array without nulls whose values are all equal; None otherwise."""
+    values = array.to_numpy(zero_copy_only=True)
+    first = values[0]
+    return int(first) if int(values.min()) == int(values.max()) == first else None
 
 
 def _one_group(table: pa.Table, new_writer: NewWriter) -> memoryview:
@@ -104,40 +138,32 @@ class Chunk:
     size: int
 
 
-class NullChunks:
-    """Column chunks of all-null columns by row count and column, encoded once each: most row
-    groups of an Nsight Systems export have one of a few sizes, so each column's null chunk is
-    encoded a few times a file, not once a row group. The ``keep`` latest row counts are kept.
-    Row groups whose size comes for the first time are encoded whole (a PyTorch trace's sizes
-    all differ: a null chunk kept apart would be encoded twice for nothing)."""
+class UniformChunks:
+    """Column chunks of uniform columns (one value in every row, or none) by row count, column
+    and value: most row groups of an Nsight Systems export have one of a few sizes and many
+    columns of one value (the kind, the process, the device) or none (the other kinds'
+    columns), so each such chunk is encoded a few times a file, not once a row group. The
+    chunks of the ``limit`` latest row counts are kept."""
 
-    def __init__(self, new_writer: NewWriter, keep: int = 8) -> None:
-        self._new_writer = new_writer
-        self._keep = keep
-        self._by_rows: dict[int, dict[pa.Field, Chunk]] = {}  # by row count, then column (name and type)
-        self._seen: dict[int, None] = {}  # row counts met, the latest last
+    def __init__(self, limit: int = 8) -> None:
+        self._limit = limit
+        self._by_rows: dict[int, dict[tuple[pa.Field, Any], Chunk]] = {}  # the latest row count last
 
-    def repeated(self, n: int) -> bool:
-        """Whether a row group of ``n`` rows came before (the latest ``keep`` sizes met count)."""
-        if n in self._seen:
-            return True
-        self._seen[n] = None
-        while len(self._seen) > self._keep:
-            del self._seen[next(iter(self._seen))]
-        return False
-
-    def chunks(self, n: int, fields: list[pa.Field]) -> list[Chunk]:
+    def find(self, n: int, keys: list[tuple[pa.Field, Any]]) -> list[Chunk | None]:
+        """The kept chunk of each (column, value) of a row group of ``n`` rows; None where there is none."""
         have = self._by_rows.pop(n, None)
         if have is None:
             have = {}
-            while len(self._by_rows) >= self._keep:
+            while len(self._by_rows) >= self._limit:
                 del self._by_rows[next(iter(self._by_rows))]
-        self._by_rows[n] = have  # the latest last
-        missing = [f for f in fields if f not in have]
-        if missing:
-            table = pa.table([pa.nulls(n, f.type) for f in missing], schema=pa.schema(missing))
-            have.update(zip(missing, _chunks(_one_group(table, self._new_writer))[1], strict=True))
-        return [have[f] for f in fields]
+        self._by_rows[n] = have
+        return [have.get(key) if key[1] is not None else None for key in keys]
+
+    def keep(self, n: int, chunks: list[tuple[tuple[pa.Field, Any], Chunk]]) -> None:
+        """Keep the chunks of uniform columns of a row group of ``n`` rows (copied out of its file's bytes)."""
+        have = self._by_rows[n]
+        for key, chunk in chunks:
+            have[key] = Chunk(bytes(chunk.data), chunk.meta, chunk.size)
 
 
 def _footer_start(buf: bytes | memoryview) -> int:

@@ -21,7 +21,7 @@ from traceconv import dataset, process
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import TraceconvError
-from traceconv.parquet_join import Joiner, NullChunks, Piece, encode
+from traceconv.parquet_join import Joiner, Piece, UniformChunks, encode
 from traceconv.readers import Progress, Reader, open_reader
 from traceconv.readers.base import Rewind
 
@@ -182,8 +182,8 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
 
     One writer encodes the tables one after another, or, for a reader whose ``SPARSE_GROUPS``
     says that its tables fill few of the schema's columns and have a few sizes, each table is
-    encoded apart with its all-null columns' chunks reused (``parquet_join.NullChunks``) and the
-    row groups are joined: the same bytes.
+    encoded apart with the chunks of its uniform columns (one value in every row, or none)
+    reused (``parquet_join.UniformChunks``) and the row groups are joined: the same bytes.
 
     ``partitioned``: ``out`` names a part of a dataset (``OUT/<trace>.parquet``), renamed into
     the partition of the trace's rank (:mod:`traceconv.dataset`) once complete.
@@ -218,12 +218,12 @@ def write_tables(reader: Reader, tables: Iterable[pa.Table], out: Path, partitio
 
     def joined(tmp: Path) -> None:
         piece_writer = partial(new_writer, repeated=repeated)
-        nulls = NullChunks(piece_writer)
+        uniform = UniformChunks()
         with open(tmp, APPEND_RAW, buffering=0) as sink:
             joiner = Joiner(sink, new_writer)
-            # One table queued: a row group whose null columns are reused is encoded sooner than
+            # One table queued: a row group whose uniform columns are reused is encoded sooner than
             # the reader makes the next, and the reader need not wait for the writer to take it.
-            feed(lambda t: joiner.add(encode(t, piece_writer, nulls)), depth=1)
+            feed(lambda t: joiner.add(encode(t, piece_writer, uniform)), depth=1)
             joiner.finish(_metadata(reader, result))
 
     write = joined if getattr(reader, "SPARSE_GROUPS", False) else streamed

@@ -59,7 +59,8 @@ class NsysReader:
     OPTIONS: ClassVar[frozenset[str]] = frozenset({"include_environment", "source_path"})
     REPEATED: ClassVar[tuple[str, ...]] = REPEATED_COLUMNS
     # Each table is one table's batch of the export: most of the schema's columns are null in all
-    # its rows, and most batches have one of a few sizes (writing.write_tables reuses their chunks).
+    # its rows or hold one value (the kind, the process), and most batches have one of a few sizes
+    # (writing.write_tables reuses those columns' chunks).
     SPARSE_GROUPS: ClassVar[bool] = True
 
     def __init__(
