@@ -172,6 +172,30 @@ def test_small_batches_convert_to_the_same_table(path: Path, monkeypatch: pytest
     assert _values(streamed).equals(_values(whole))  # each batch has dictionaries of its own
 
 
+@pytest.mark.parametrize("cores", [1, 2, 4, 16])
+def test_one_reading_thread_on_two_cores_two_on_more(cores: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceconv.readers.nsys import batches
+
+    monkeypatch.setattr(batches.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert batches.reading_threads() == (1 if cores <= 2 else batches.MAX_READERS)
+
+
+def test_the_output_is_the_same_whatever_the_reading_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 1,000 rows read by one thread and by two: the same bytes."""
+    from traceconv import writing
+    from traceconv.readers.nsys import batches
+
+    monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
+    written = []
+    for cores in (2, 4):
+        monkeypatch.setattr(batches.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        out = tmp_path / f"{cores}.parquet"
+        writing.convert(SM_AFTER, out)
+        written.append(out.read_bytes())
+    assert pq.ParquetFile(tmp_path / "2.parquet").num_row_groups > 10
+    assert written[0] == written[1]
+
+
 def _values(table: pa.Table) -> pa.Table:
     cols = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns]
     return pa.table(cols, names=table.column_names)

@@ -5,7 +5,7 @@ one is read :data:`BATCH_ROWS` rows at a time (fewer for a wide table: :func:`ba
 rowid ranges, its rows taken to be stored in order (every export of the corpus): its batches are
 checked as they are converted (:class:`KeyOrder`), and a table found out of order is read again,
 through SQLite's ``ORDER BY`` (which sorts on disk), by a conversion started afresh
-(:class:`Unordered`). Rowid ranges are read by :data:`WORKERS` threads at once, each with its own
+(:class:`Unordered`). Rowid ranges are read by :func:`reading_threads` threads at once, each with its own
 SQLite connection (ADBC and SQLite work outside the GIL), up to :data:`AHEAD` batches ahead of the
 one being linked; each thread also prepares the batches it reads (the conversion, the key's order,
 what needs no other batch) and the prepared batches are handed over in order.
@@ -13,6 +13,7 @@ what needs no other batch) and the prepared batches are handed over in order.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,10 +28,10 @@ import pyarrow.compute as pc
 from traceconv.readers.arrow_util import to_numpy
 from traceconv.readers.nsys.sql import Database, affinity
 
-BATCH_ROWS = 1 << 15  # rows per batch: bounds the memory of a table in flight
+BATCH_ROWS = 1 << 16  # rows per batch: bounds the memory of a table in flight
 BATCH_VALUES = 1 << 19  # most values (rows x columns read) per batch of a wide table
 MIN_BATCH_ROWS = 1 << 13
-WORKERS = 2  # threads reading at once
+MAX_READERS = 2  # threads reading at once where the cores allow (:func:`reading_threads`)
 AHEAD = 2  # batches read (and prepared) ahead of the one being linked
 T = TypeVar("T")
 
@@ -76,6 +77,14 @@ def batch_rows(columns: int) -> int:
     """Rows per batch of a table read by rowid ranges: :data:`BATCH_ROWS`, fewer for a wide table
     (at most :data:`BATCH_VALUES` values: a batch and what it becomes are held several at once)."""
     return max(min(BATCH_ROWS, BATCH_VALUES // max(columns, 1)), min(BATCH_ROWS, MIN_BATCH_ROWS))
+
+
+def reading_threads() -> int:
+    """Threads that read and prepare batches at once: :data:`MAX_READERS`, but one on two cores
+    or fewer, where the thread that links the batches and the writer's thread keep the other
+    core busy (a second reader there made it no faster, with a third more memory in flight)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return MAX_READERS if cores > 2 else 1
 
 
 class Unordered(Exception):
@@ -160,7 +169,7 @@ class Reads(Generic[T]):
             for rows in p.ranges or []:
                 self._jobs.append((i, partial(_prepared, ready, db.read, p.table, p.columns, rows)))
         self._plans, self._prepare = plans, prepare
-        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="traceconv-sqlite")
+        self._pool = ThreadPoolExecutor(max_workers=reading_threads(), thread_name_prefix="traceconv-sqlite")
         self._pending: deque[tuple[int, Future[T]]] = deque()
 
     def _fill(self) -> None:
