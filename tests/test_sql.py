@@ -207,3 +207,14 @@ def test_no_progress_bar_in_the_output() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "False"
+
+
+def test_the_scratch_database_is_written_without_waiting_for_the_disk() -> None:
+    """The work database holds only what an analysis materialises and is removed with the Source:
+    no fsync (the 16x summary ~0.1 s faster, bench/README.md); its tables are still queried."""
+    from traceconv.analyses.source import Source
+
+    with Source(traceconv.read(fixture(PYTORCH))) as source:
+        assert str(source.scalar("SELECT current_setting('fsync_mode')")).lower() == "none"
+        source.table("kinds", "SELECT kind, count(*) AS n FROM events GROUP BY kind")
+        assert source.scalar("SELECT sum(n) FROM kinds") == source.scalar("SELECT count(*) FROM events")

@@ -67,6 +67,9 @@ class Source:
             ) from exc
         self.run(f"SET temp_directory = '{_quoted(os.path.join(work, 'spill'))}'")
         self.run("SET preserve_insertion_order = false")
+        # The database file is scratch, removed with the Source: its writes need not wait for the disk.
+        with contextlib.suppress(duckdb.Error):  # a DuckDB without the setting: its default
+            self.run("SET fsync_mode = 'none'")
         # Each query over the view would read and decode the Parquet footers again (tens of ms for a
         # file of hundreds of row groups); DuckDB keeps them, checked against the file's modification time.
         self.run("SET parquet_metadata_cache = true")
