@@ -176,7 +176,7 @@ def test_small_batches_convert_to_the_same_table(path: Path, monkeypatch: pytest
 def test_one_reading_thread_on_two_cores_two_on_more(cores: int, monkeypatch: pytest.MonkeyPatch) -> None:
     from traceconv.readers.nsys import batches
 
-    monkeypatch.setattr(batches.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(batches, "_cores", lambda: cores)
     assert batches.reading_threads() == (1 if cores <= 2 else batches.MAX_READERS)
 
 
@@ -188,7 +188,7 @@ def test_the_output_is_the_same_whatever_the_reading_threads(tmp_path: Path, mon
     monkeypatch.setattr(batches, "BATCH_ROWS", 1000)
     written = []
     for cores in (2, 4):
-        monkeypatch.setattr(batches.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        monkeypatch.setattr(batches, "_cores", lambda n=cores: n)
         out = tmp_path / f"{cores}.parquet"
         writing.convert(SM_AFTER, out)
         written.append(out.read_bytes())

@@ -75,7 +75,8 @@ def encode(table: pa.Table, new_writer: NewWriter, uniform: UniformChunks | None
     if len(todo) == len(keys):
         group, chunks = _chunks(_one_group(table, new_writer))
     else:
-        # every column known: one is encoded all the same, for the row group's own fields
+        # the columns not known; none (every column known): column 0 all the same, for the
+        # row group's own fields
         group, encoded = _chunks(_one_group(table.select(todo or [0]), new_writer))
         fresh = iter(encoded)
         chunks = [chunk if chunk is not None else next(fresh) for chunk in known]
@@ -116,6 +117,8 @@ def _one_value(array: pa.Array) -> int | None:
     """The value of an integer array without nulls whose values are all equal; None otherwise."""
     values = array.to_numpy(zero_copy_only=True)
     first = values[0]
+    if first != values[-1]:  # most columns that vary: no pass over them
+        return None
     return int(first) if int(values.min()) == int(values.max()) == first else None
 
 
@@ -143,11 +146,17 @@ class UniformChunks:
     and value: most row groups of an Nsight Systems export have one of a few sizes and many
     columns of one value (the kind, the process, the device) or none (the other kinds'
     columns), so each such chunk is encoded a few times a file, not once a row group. The
-    chunks of the ``limit`` latest row counts are kept."""
+    chunks of the ``limit`` latest row counts are kept.
+
+    The readers' dictionaries hold each value once: Arrow writes a dictionary with repeated
+    values with bytes that depend on what it wrote before, so no writer's output is reproducible then."""
 
     def __init__(self, limit: int = 8) -> None:
         self._limit = limit
         self._by_rows: dict[int, dict[tuple[pa.Field, Any], Chunk]] = {}  # the latest row count last
+        # each dictionary's values once, whatever the keys that hold them (an export's ~300
+        # thread names are the dictionary of every batch's thread_name)
+        self._dictionaries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def find(self, n: int, keys: list[tuple[pa.Field, Any]]) -> list[Chunk | None]:
         """The kept chunk of each (column, value) of a row group of ``n`` rows; None where there is none."""
@@ -162,8 +171,10 @@ class UniformChunks:
     def keep(self, n: int, chunks: list[tuple[tuple[pa.Field, Any], Chunk]]) -> None:
         """Keep the chunks of uniform columns of a row group of ``n`` rows (copied out of its file's bytes)."""
         have = self._by_rows[n]
-        for key, chunk in chunks:
-            have[key] = Chunk(bytes(chunk.data), chunk.meta, chunk.size)
+        for (column, key), chunk in chunks:
+            if key[0] == "dictionary":
+                key = (*key[:2], self._dictionaries.setdefault(key[2], key[2]))
+            have[column, key] = Chunk(bytes(chunk.data), chunk.meta, chunk.size)
 
 
 def _footer_start(buf: bytes | memoryview) -> int:

@@ -83,8 +83,12 @@ def reading_threads() -> int:
     """Threads that read and prepare batches at once: :data:`MAX_READERS`, but one on two cores
     or fewer, where the thread that links the batches and the writer's thread keep the other
     core busy (a second reader there made it no faster, with a third more memory in flight)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return MAX_READERS if cores > 2 else 1
+    return MAX_READERS if _cores() > 2 else 1
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Unordered(Exception):
