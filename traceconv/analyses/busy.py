@@ -4,14 +4,16 @@ Idle time goes to the first cause in a cascade: a GPU row is open (busy), else s
 queued, else the host synced, else it was in a CUDA call, else no cause the trace shows. The
 time of each cause is the difference of nested unions: with B the GPU rows, Q the queued spans,
 Y the syncs and A the CUDA calls, busy is |B|, queued |B u Q| - |B|, host sync
-|B u Q u Y| - |B u Q|, and so on, each clipped to each scope's windows. DuckDB sorts a device's
-intervals of all four sets by start; they come back a batch at a time, and each union is
-merged as they pass (a running maximum of the ends: a new segment starts where an interval
-starts after every earlier one ended), carried over from batch to batch. The time line is cut
-into slices of about :data:`SLICE_ROWS` intervals (at quantiles of a sample of the starts), each sorted on
-its own with its intervals clipped to it: a union's time is the sum of its time in each slice,
-and no sort holds more than a slice, however long the trace. One pass for every scope together,
-whatever the number of kernels and calls. The host's sets count for every device.
+|B u Q u Y| - |B u Q|, and so on, each clipped to each scope's windows. The time line is cut
+into slices of about :data:`SLICE_ROWS` intervals (at quantiles of a sample of the starts), each
+with its intervals clipped to it: a union's time is the sum of its time in each slice. A slice's
+intervals of all four sets come from DuckDB as they lie, and numpy sorts them by start: each set
+is stored nearly in time order, so the slice is a few sorted runs, which a stable sort merges
+several times faster than DuckDB sorts them. Each union is then merged a batch at a time (a
+running maximum of the ends: a new segment starts where an interval starts after every earlier
+one ended), carried over from batch to batch. Nothing holds more than a slice, however long the
+trace. One pass for every scope together, whatever the number of kernels and calls. The host's
+sets count for every device.
 Definitions: :mod:`traceconv.analyses.idle`.
 """
 
@@ -31,8 +33,8 @@ Segments = tuple[I.I64, I.I64]
 GPU_TIMES = "SELECT device, start_ns, end_ns, launch_end_ns FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
 SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
-BATCH_ROWS = 1 << 18  # intervals a batch of the sorted pass holds
-SLICE_ROWS = 1 << 21  # intervals a slice of the time line holds (what one sort holds), about
+BATCH_ROWS = 1 << 18  # intervals fetched, and merged into the unions, at a time
+SLICE_ROWS = 1 << 19  # intervals a slice of the time line holds (what is held in memory at once), about
 SAMPLE_ROWS = 1 << 16  # the starts sampled (about) to cut the time line into slices
 
 
@@ -94,14 +96,17 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
         )
         clipped = (
             f"SELECT {_clip('s', lo, 'greatest')} AS s, {_clip('e', hi, 'least')} AS e, c "
-            f"FROM (SELECT * FROM ({spans}) WHERE {inside}) ORDER BY s"
+            f"FROM (SELECT * FROM ({spans}) WHERE {inside})"
         )
-        for batch in source.batches(clipped, BATCH_ROWS):
-            if not batch.num_rows:
-                continue
-            s = np.asarray(batch.column(0).to_numpy(), np.int64)
-            e = np.asarray(batch.column(1).to_numpy(), np.int64)
-            c = batch.column(2).to_numpy()
+        parts = [[np.asarray(b.column(i).to_numpy()) for i in range(3)] for b in source.batches(clipped, BATCH_ROWS)]
+        if not parts:
+            continue
+        starts, ends, sets = (np.concatenate(p) for p in zip(*parts, strict=True))
+        del parts
+        order = np.argsort(starts, kind="stable")  # a merge of the runs
+        for at in range(0, len(order), BATCH_ROWS):
+            rows = order[at : at + BATCH_ROWS]
+            s, e, c = starts[rows], ends[rows], sets[rows]
             # each level on the rows of its sets, from the widest down: the sets before the last, then
             # the ones before those (indices of the rows kept: a boolean mask is slower to subscript)
             for level in range(len(SETS) - 1, -1, -1):
@@ -121,7 +126,7 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
 def _slices(source: Source, spans: str) -> list[tuple[int | None, int | None]]:
     """Consecutive slices of the time line, ``[lo, hi)`` (None: unbounded), of about
     :data:`SLICE_ROWS` of the intervals' starts each: cut at quantiles of a sample of about
-    :data:`SAMPLE_ROWS` starts (where a slice begins changes no time, only what one sort holds)."""
+    :data:`SAMPLE_ROWS` starts (where a slice begins changes no time, only what one slice holds)."""
     rows = int(source.scalar(f"SELECT count(*) FROM ({spans})"))
     pieces = -(-rows // SLICE_ROWS)
     if pieces <= 1:
