@@ -79,9 +79,10 @@ class Calls:
     wanted_row: list[I64] = field(default_factory=list)  # parents of the calls whose region is asked for
     wanted_key: list[tuple[str, int]] = field(default_factory=list)  # and those calls' keys
     last_end: dict[int, int] = field(default_factory=dict)  # thread hash -> the doubled end of its last call
-    # The calls whose previous call on their thread is wanted (sorted event ids), the last call
-    # (event id, duration) of each thread so far, and the (call, previous call, its duration) found.
-    blocking: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    # The calls whose previous call on their thread is wanted (by event id - ``first_id``: a lookup
+    # per call, not a binary search; None: none is), the last call (event id, duration) of each
+    # thread so far, and the (call, previous call, its duration) found.
+    blocking: npt.NDArray[np.bool_] | None = None
     last_call: dict[int, tuple[int, int]] = field(default_factory=dict)
     previous: list[tuple[I64, I64, I64]] = field(default_factory=list)
 
@@ -135,12 +136,15 @@ def scan(source: Source, facts: Facts, traces: list[str], blocking: I64 | None =
         return None
     size = last_id - first_id + 1
     calls = Calls(structure, first_id, np.full(size, -2, np.int32), np.full(size, -1, np.int16))
-    if blocking is not None:
-        calls.blocking = blocking
+    if blocking is not None and len(blocking):
+        slots = blocking - first_id
+        calls.blocking = np.zeros(size, np.bool_)
+        calls.blocking[slots[(slots >= 0) & (slots < size)]] = True
     with source.in_order():
         for batch in source.batches(_calls(facts.last_end), BATCH):
             if not _add_calls(calls, batch):
                 return None
+    calls.blocking = None  # read by the scan only
     return calls
 
 
@@ -289,7 +293,8 @@ def _parents(st: Structure, thread: I64, s2: I64, e2: I64, end: I64) -> I64 | No
     code = np.where(known, code, 0)
     key = code * st.span + s2
     at = np.searchsorted(st.keys, key, "right")  # first structure range starting after it
-    inside = np.searchsorted(st.keys, code * st.span + e2, "left") > at
+    inside = st.keys[np.minimum(at, len(st.keys) - 1)] < code * st.span + e2  # and that one starts inside it
+    inside &= at < len(st.keys)
     k = np.maximum(at - 1, 0)
     mine = known & (at > 0) & (st.group[k] == code)
     # a range starting with the call must enclose it (come before it in the stream's order)
@@ -322,8 +327,9 @@ def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64, eid: I64, du
         return False
     heads = np.flatnonzero(head)
     tails = np.concatenate((heads[1:] - 1, [len(t) - 1]))
-    if len(calls.blocking):
-        _previous(calls, t, eid[order], dur[order], head)
+    if calls.blocking is not None:
+        ids = eid[order]
+        _previous(calls, calls.blocking[ids - calls.first_id], t, ids, dur[order], head)
     ends = zip(t[heads].tolist(), s[heads].tolist(), e[tails].tolist(), order[tails].tolist(), strict=True)
     for th, first, last, tail in ends:
         if first < calls.last_end.get(th, first):
@@ -333,11 +339,13 @@ def _one_after_another(calls: Calls, thread: I64, s2: I64, e2: I64, eid: I64, du
     return True
 
 
-def _previous(calls: Calls, t: I64, eid: I64, dur: I64, head: npt.NDArray[np.bool_]) -> None:
-    """The call before each blocking call among ``eid`` (a batch in thread order, ``head``: a thread's
-    first): the row before it, or for a thread's first the thread's last call of the batches before."""
-    at = np.minimum(np.searchsorted(calls.blocking, eid), len(calls.blocking) - 1)
-    hit = np.flatnonzero(calls.blocking[at] == eid)
+def _previous(
+    calls: Calls, blocking: npt.NDArray[np.bool_], t: I64, eid: I64, dur: I64, head: npt.NDArray[np.bool_]
+) -> None:
+    """The call before each blocking call (``blocking``) among ``eid`` (a batch in thread order,
+    ``head``: a thread's first): the row before it, or for a thread's first the thread's last call
+    of the batches before."""
+    hit = np.flatnonzero(blocking)
     inner = hit[~head[hit]]
     calls.previous.append((eid[inner], eid[inner - 1], dur[inner - 1]))
     first = [(int(eid[i]), *calls.last_call[int(t[i])]) for i in hit[head[hit]] if int(t[i]) in calls.last_call]
