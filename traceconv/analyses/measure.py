@@ -182,10 +182,11 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     """The query of the host ranges with what the trees' pass needs, in (thread, start, longest
     first) order, and the trace ids its ``trace`` codes stand for. With ``calls`` (the CUDA API
     calls, found to be leaves), the ranges without them: GPU rows find their launching call and
-    its process by event id instead of a join with millions of calls.
+    its process by event id instead of a join with millions of calls, and are read once, a batch
+    at a time, into what the trees need of them (``leaves.gpu_pass``).
 
-    Each step is a temporary table of integer columns, so that no query holds more than one
-    join or sort at a time and DuckDB can spill each within its memory budget.
+    Otherwise each step is a temporary table of integer columns, so that no query holds more than
+    one join or sort at a time and DuckDB can spill each within its memory budget.
     """
     traces = trace_codes(source)
     kinds = " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KIND_CODES))
@@ -199,11 +200,12 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
         f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name"
         + (" WHERE r.kind <> 'cuda_api'" if calls is not None else ""),
     )
-    with L.launch_lookup(source, calls) as call_pid:
-        _gpu_nodes(source, call_pid, calls is not None)
-        _per_range_sums(source, f"{call_pid('event_id')} IS NULL")  # the calls' sums go to their parents
-        if calls is not None:
-            L.add_gpu(source, calls, traces[0], call_pid)
+    if calls is not None:
+        with L.launch_lookup(source, calls) as call_pid:
+            L.gpu_pass(source, calls, traces[0], _nodes(f"({_launched(call_pid)})", "tree_ranges", call_pid), call_pid)
+        return ranges_query(), traces
+    _gpu_nodes(source)
+    _per_range_sums(source)
     _process_gpu(source)
     source.table(  # each memcpy row's first node (its launching call, else its operator)
         "copy_nodes",
@@ -214,13 +216,10 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     return ranges_query(), traces
 
 
-def _gpu_nodes(source: Source, call_pid: Callable[[str], str], few_ranges: bool) -> None:
-    """The table ``tree_gpu``: the GPU rows with their launching call and their operator among the
-    host ranges (``call_pid``: SQL for the process of a call kept out of ``tree_ranges``). With
-    ``few_ranges`` (the calls kept out: at most the structure's ranges), one statement joins both;
-    else one join per statement (with both joins in one, DuckDB 2.0 runs out of budgets of 384-512 MB
-    that it does not run out of at 256 MB: it holds both hash tables instead of partitioning them)."""
-    launched = (
+def _launched(call_pid: Callable[[str], str]) -> str:
+    """The GPU rows with their launch node (the launching range, or call kept out of ``tree_ranges``:
+    ``call_pid`` is SQL for the process of such a call) and its process."""
+    return (
         "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
         "coalesce(rl.event_id, CASE WHEN g.cp IS NOT NULL THEN g.launch_event_id END) AS launch_node, "
         "coalesce(rl.pid, g.cp) AS launch_pid, g.op_event_id "
@@ -228,19 +227,30 @@ def _gpu_nodes(source: Source, call_pid: Callable[[str], str], few_ranges: bool)
         "WHERE kind IN ('kernel', 'memcpy', 'memset')) g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id"
     )
+
+
+def _nodes(gpu: str, ops: str, call_pid: Callable[[str], str]) -> str:
+    """The GPU rows with a launch node (``gpu``: :func:`_launched`'s) and their operator among the
+    ranges of ``ops`` (or a call kept out of them); those with neither left out."""
     op_node = f"coalesce(ro.event_id, CASE WHEN {call_pid('g.op_event_id')} IS NOT NULL THEN g.op_event_id END)"
+    return (
+        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
+        f"FROM {gpu} g LEFT JOIN {ops} ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
+        f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL"
+    )
 
-    def nodes(gpu: str, ops: str) -> str:  # the GPU rows with a launch node (``gpu``) and their operator
-        return (
-            f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
-            f"FROM {gpu} g LEFT JOIN {ops} ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
-            f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL"
-        )
 
-    if few_ranges:
-        source.table("tree_gpu", nodes(f"({launched})", "tree_ranges"))
-        return
-    source.table("tree_gpu_launch", launched)
+def _no_call(column: str) -> str:
+    """No call kept out of the ranges: every launch is among them."""
+    return L.NONE
+
+
+def _gpu_nodes(source: Source) -> None:
+    """The table ``tree_gpu``: the GPU rows with their launching range and their operator among the
+    host ranges, one join per statement (with both joins in one, DuckDB 2.0 runs out of budgets of
+    384-512 MB that it does not run out of at 256 MB: it holds both hash tables instead of
+    partitioning them)."""
+    source.table("tree_gpu_launch", _launched(_no_call))
     # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
     source.table(
         "tree_ops",
@@ -248,7 +258,7 @@ def _gpu_nodes(source: Source, call_pid: Callable[[str], str], few_ranges: bool)
         "(SELECT DISTINCT tc, op_event_id FROM tree_gpu_launch WHERE op_event_id IS NOT NULL) o "
         "ON o.tc = r.tc AND o.op_event_id = r.event_id",
     )
-    source.table("tree_gpu", nodes("tree_gpu_launch", "tree_ops"))
+    source.table("tree_gpu", _nodes("tree_gpu_launch", "tree_ops", _no_call))
     source.run("DROP TABLE tree_ops")
     source.run("DROP TABLE tree_gpu_launch")
 
@@ -301,8 +311,8 @@ def _process_gpu(source: Source) -> None:
     source.run("DROP TABLE tree_buckets")
 
 
-def _per_range_sums(source: Source, kept: str) -> None:
-    """The table ``tree_gpu_sums``: per host range (the event ids ``kept`` keeps), the GPU time whose
+def _per_range_sums(source: Source) -> None:
+    """The table ``tree_gpu_sums``: per host range, the GPU time whose
     operator it is, whose first node it is, and whether its region is asked for. A group per
     launching call (millions in a large trace): where DuckDB cannot hold them within its memory
     budget, the event ids are aggregated a part at a time, so that each hash table holds a part of
@@ -310,23 +320,23 @@ def _per_range_sums(source: Source, kept: str) -> None:
     for parts in PARTS:
         try:
             with source.fixed_budget(parts != PARTS[-1]):
-                _sums_in_parts(source, parts, kept)
+                _sums_in_parts(source, parts)
             return
         except ResourceError:
             if parts == PARTS[-1]:
                 raise
 
 
-def _sums_in_parts(source: Source, parts: int, kept: str) -> None:
+def _sums_in_parts(source: Source, parts: int) -> None:
     for k in range(parts):
-        part = f"AND (event_id % {parts} + {parts}) % {parts} = {k}" if parts > 1 else ""
+        part = f"WHERE (event_id % {parts} + {parts}) % {parts} = {k}" if parts > 1 else ""
         select = (
             "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, "
             "bool_or(wanted) AS wanted FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, "
             "false AS wanted FROM tree_gpu WHERE op_node IS NOT NULL UNION ALL SELECT tc, "
             "coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
             "true FROM sync_calls s JOIN trace_codes c USING (trace_id) WHERE NOT s.activity) "
-            f"WHERE {kept} {part} GROUP BY ALL"
+            f"{part} GROUP BY ALL"
         )
         if k == 0:
             source.table("tree_gpu_sums", select)
