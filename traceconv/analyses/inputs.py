@@ -45,7 +45,7 @@ def open_source(
     source.on_close(lambda: shutil.rmtree(temporary, ignore_errors=True))
     if one:
         try:
-            one_source(source.arrow("SELECT DISTINCT source FROM events")["source"].to_pylist(), paths)
+            one_source(source.formats(), paths)
         except BaseException:
             source.close()
             raise

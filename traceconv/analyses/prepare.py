@@ -163,7 +163,7 @@ def _step_ranges(source: Source, last_end: int | None) -> pd.DataFrame:
 
 
 def _source(source: Source) -> str:
-    values = source.arrow("SELECT DISTINCT source FROM events WHERE source IS NOT NULL")["source"].to_pylist()
+    values = [v for v in source.formats() if v is not None]
     return "+".join(sorted(str(v) for v in values)) or "unknown"
 
 

@@ -233,6 +233,17 @@ class Source:
             self._kept[key] = make()
         return self._kept[key]
 
+    def formats(self) -> list[Any]:
+        """The distinct values of the events' ``source`` column (the tools they came from, null
+        included), read once per Source."""
+
+        def read() -> list[Any]:
+            values: list[Any] = self.arrow("SELECT DISTINCT source FROM events")["source"].to_pylist()
+            return values
+
+        got: list[Any] = self.kept("formats", read)
+        return got
+
     def register(self, name: str, data: pa.Table | pd.DataFrame) -> None:
         """A small table of ours (windows, name labels) that queries can join."""
         self.con.register(name, data)
