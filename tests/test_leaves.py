@@ -155,6 +155,32 @@ def test_a_negative_gpu_duration_is_summed_call_by_call(monkeypatch: pytest.Monk
     assert _both(table, monkeypatch)
 
 
+def test_an_export_without_gpu_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-made: a real export without its kernels, copies and memsets (calls and NVTX ranges only):
+    the GPU rows' pass reads nothing, and both ways give the same summary."""
+    table = _buggy()
+    gpu = pc.is_in(table["kind"], pa.array(["kernel", "memcpy", "memset"]))
+    assert _both(table.filter(pc.invert(gpu)), monkeypatch)
+
+
+def test_gpu_rows_whose_first_node_is_an_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hand-made (in the real exports every GPU row's first node is its launching call): every third
+    GPU row with an operator loses its launching call, so that its operator, a range of the
+    structure, is its first node (its GPU time, and a copy's region, go to that range)."""
+    table = _buggy()
+    gpu = pc.and_(pc.is_in(table["kind"], pa.array(["kernel", "memcpy", "memset"])), pc.is_valid(table["op_event_id"]))
+    rows = pc.indices_nonzero(gpu).to_pylist()[::3]
+    launch = table["launch_event_id"].to_pylist()
+    for row in rows:
+        launch[row] = None
+    table = table.set_column(
+        table.column_names.index("launch_event_id"), "launch_event_id", pa.array(launch, pa.int64())
+    )
+    copies = pc.sum(pc.equal(pc.take(table["kind"], pa.array(rows)), "memcpy")).as_py()
+    assert len(rows) > 10 and copies > 0  # operators are first nodes, of copies too
+    assert _both(table, monkeypatch)
+
+
 def _lookups(table: pa.Table, monkeypatch: pytest.MonkeyPatch, few_runs: int) -> tuple[list[Any], int]:
     """Every id around the calls' ids and the process ``launch_lookup`` gives it, the runs' limit at
     ``few_runs``; and how many processes the calls have."""

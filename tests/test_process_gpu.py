@@ -1,8 +1,9 @@
-"""The GPU time a process launched while each NVTX range was open (``measure._process_gpu``: running
-sums over time buckets plus the launches of the ends' own buckets) against a direct sum over every
+"""The GPU time a process launched while each NVTX range was open against a direct sum over every
 launch of the process between the range's start and end, on real traces with NVTX ranges or
-annotations, with buckets of 1 ns (every launch a bucket of its own), the default ones, and one
-bucket for the whole trace."""
+annotations. ``measure._process_gpu`` (running sums over time buckets plus the launches of the
+ends' own buckets) with buckets of 1 ns (every launch a bucket of its own), the default ones, and
+one bucket for the whole trace; ``leaves.gpu_pass`` (where the calls are leaves: each batch of
+launches sorted and summed up to the ranges' ends) with one batch and batches of 997 rows."""
 
 from __future__ import annotations
 
@@ -100,20 +101,26 @@ def test_process_gpu_of_leaf_calls_equals_a_direct_sum(path: Path, batch: int, m
 
 def test_leaf_sums_hold_launches_at_a_range_s_very_ends() -> None:
     """Hand-made (the real exports that take the calls as leaves launch nothing at the very nanosecond
-    that a range starts or ends): ``leaves._Ranges`` against a direct sum, launches of two processes
-    and of none of the ranges' in batches of every size, some in reverse time order."""
+    that a range starts or ends, and no range ends before it starts): ``leaves._Ranges`` against the
+    SQL's definition (the launches up to the end less those before the start: for a range that ends
+    before it starts, minus those between), launches of two processes and of none of the ranges' in
+    batches of every size, some in reverse time order."""
     rng = np.random.default_rng(7)
-    starts = np.array([100, 150, 100, 120, 400], np.int64)
-    ends = starts + np.array([100, 0, 200, 5, 0], np.int64)
-    ranges = {"event_id": [1, 2, 3, 4, 5], "pid": [7, 7, 8, 7, 8], "start_ns": starts, "end_ns": ends}
+    starts = np.array([100, 150, 100, 120, 400, 300], np.int64)
+    ends = starts + np.array([100, 0, 200, 5, 0, -50], np.int64)  # the last ends before it starts
+    ranges = {"event_id": [1, 2, 3, 4, 5, 6], "pid": [7, 7, 8, 7, 8, 7], "start_ns": starts, "end_ns": ends}
     times = np.r_[np.arange(90, 420, 5), starts, ends]  # every start and end is a launch
     pid = rng.choice([7, 8, 9], len(times))
     d = rng.integers(1, 1000, len(times))
+
+    def upto(p: int, t: int) -> int:
+        return int(d[(pid == p) & (times <= t)].sum())
+
     want = {
-        int(e): int(d[(pid == p) & (times >= s) & (times <= t)].sum())
-        for e, p, s, t in zip(ranges["event_id"], ranges["pid"], ranges["start_ns"], ranges["end_ns"], strict=True)
+        int(e): upto(p, t) - upto(p, s - 1)
+        for e, p, s, t in zip(ranges["event_id"], ranges["pid"], starts.tolist(), ends.tolist(), strict=True)
     }
-    assert all(want.values())  # every range holds a launch
+    assert all(want.values()) and want[6] < 0  # every range holds a launch; the last, minus some
     for size in (1, 3, 17, len(times)):
         got = L._Ranges(pa.table(ranges))
         for at in range(0, len(times), size):

@@ -12,7 +12,8 @@ is stored nearly in time order, so the slice is a few sorted runs, which a stabl
 several times faster than DuckDB sorts them. Each union is then merged a batch at a time (a
 running maximum of the ends: a new segment starts where an interval starts after every earlier
 one ended), carried over from batch to batch. Nothing holds more than a slice, however long the
-trace. One pass for every scope together, whatever the number of kernels and calls. The host's
+trace (a slice that the cuts cannot split, of starts that tie, is sorted by DuckDB within its
+budget). One pass for every scope together, whatever the number of kernels and calls. The host's
 sets count for every device.
 Definitions: :mod:`traceconv.analyses.idle`.
 """
@@ -20,7 +21,7 @@ Definitions: :mod:`traceconv.analyses.idle`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -34,8 +35,9 @@ GPU_TIMES = "SELECT device, start_ns, end_ns, launch_end_ns FROM events WHERE ki
 SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 BATCH_ROWS = 1 << 18  # intervals fetched, and merged into the unions, at a time
-SLICE_ROWS = 1 << 19  # intervals a slice of the time line holds (what is held in memory at once), about
+SLICE_ROWS = 1 << 19  # intervals a slice of the time line holds (what numpy sorts at once), about
 SAMPLE_ROWS = 1 << 16  # the starts sampled (about) to cut the time line into slices
+HELD_SLICES = 4  # a slice is sorted in numpy up to this many times SLICE_ROWS intervals, else by DuckDB
 
 
 def sweep(
@@ -98,15 +100,7 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
             f"SELECT {_clip('s', lo, 'greatest')} AS s, {_clip('e', hi, 'least')} AS e, c "
             f"FROM (SELECT * FROM ({spans}) WHERE {inside})"
         )
-        parts = [[np.asarray(b.column(i).to_numpy()) for i in range(3)] for b in source.batches(clipped, BATCH_ROWS)]
-        if not parts:
-            continue
-        starts, ends, sets = (np.concatenate(p) for p in zip(*parts, strict=True))
-        del parts
-        order = np.argsort(starts, kind="stable")  # a merge of the runs
-        for at in range(0, len(order), BATCH_ROWS):
-            rows = order[at : at + BATCH_ROWS]
-            s, e, c = starts[rows], ends[rows], sets[rows]
+        for s, e, c in _in_order(source, clipped):
             # each level on the rows of its sets, from the widest down: the sets before the last, then
             # the ones before those (indices of the rows kept: a boolean mask is slower to subscript)
             for level in range(len(SETS) - 1, -1, -1):
@@ -121,6 +115,34 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
     out[:, 1:-1] = np.diff(covered, axis=1)
     out[:, -1] = lengths - covered[:, -1]
     return out
+
+
+def _in_order(source: Source, clipped: str) -> Iterator[tuple[I.I64, I.I64, np.ndarray]]:
+    """A slice's intervals (s, e, c) sorted by start, a batch at a time: fetched as they lie and
+    sorted in numpy (a merge of the sets' runs). A slice of more than :data:`HELD_SLICES` times
+    :data:`SLICE_ROWS` intervals (starts that tie, which no cut splits) is sorted by DuckDB
+    instead, within its memory budget."""
+    parts: list[list[np.ndarray]] = []
+    held = 0
+    for batch in source.batches(clipped, BATCH_ROWS):
+        parts.append([np.asarray(batch.column(i).to_numpy()) for i in range(3)])
+        held += batch.num_rows
+        if held > HELD_SLICES * SLICE_ROWS:
+            break
+    else:
+        if not parts:
+            return
+        starts, ends, sets = (np.concatenate(p) for p in zip(*parts, strict=True))
+        del parts
+        order = np.argsort(starts, kind="stable")
+        for at in range(0, len(order), BATCH_ROWS):
+            rows = order[at : at + BATCH_ROWS]
+            yield starts[rows], ends[rows], sets[rows]
+        return
+    del parts
+    for batch in source.batches(f"{clipped} ORDER BY s", BATCH_ROWS):
+        s, e, c = (np.asarray(batch.column(i).to_numpy()) for i in range(3))
+        yield s, e, c
 
 
 def _slices(source: Source, spans: str) -> list[tuple[int | None, int | None]]:

@@ -8,9 +8,10 @@ open when it starts: its duration and itself as a child, the GPU time it launche
 region is asked for, the parent's region. So :func:`scan` reads the other host ranges (operators,
 annotations, NVTX ranges: the structure) sorted, then the calls as the file holds them, each finding
 its parent with a binary search and a climb to the first ancestor still open, and its process.
-``measure.tree_stream`` then leaves the calls out of its tables (a GPU row finds its launching call
-and that call's process by event id, :func:`launch_lookup`), and :func:`walk` walks the structure
-as one block with what its calls add to it.
+``measure.tree_stream`` then leaves the calls out of its table of ranges, and :func:`gpu_pass` reads
+the GPU rows once (each finds its launching call and that call's process by event id,
+:func:`launch_lookup`) into what the calls and the structure's ranges need of them; :func:`walk`
+walks the structure as one block with what its calls add to it.
 
 That each call is a leaf is checked as they pass: on each thread, every call starts once the one
 before it in the file has ended (no call inside a call; calls stored out of start order fail it
@@ -35,7 +36,7 @@ from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, host_extents, host_span
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, literal
 from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
 
 RATIO = 4  # the calls must be at least this many times the other host ranges
@@ -152,14 +153,11 @@ def scan(source: Source, facts: Facts, traces: list[str], blocking: I64 | None =
 
 
 @contextlib.contextmanager
-def launch_lookup(source: Source, calls: Calls | None) -> Iterator[Callable[[str], str]]:
-    """SQL for the process of the call an event id names (null: no call), while the tables that
-    need it are made; the calls' processes are let go after. Where the calls' ids fall in a few
+def launch_lookup(source: Source, calls: Calls) -> Iterator[Callable[[str], str]]:
+    """SQL for the process of the call an event id names (null: no call), while the queries that
+    need it run; the calls' processes are let go after. Where the calls' ids fall in a few
     runs of one process each (an export's calls are numbered together), a macro of comparisons;
     else a lookup in Python, a batch of ids at a time."""
-    if calls is None:
-        yield lambda column: NONE
-        return
     pids = np.array(calls.pids, np.int64)
     runs = _runs(calls.pid_of, calls.first_id)
     if runs is not None:
@@ -382,10 +380,12 @@ def gpu_pass(source: Source, calls: Calls, trace: str, rows: str, call_pid: Call
       open (launch start within its start and end): per batch, the batch's launches sorted by
       start and summed up to each end of a range that the batch's time span reaches.
     - The table ``copy_nodes``: each copy's first node.
+
+    Sums are exact int64 (a batch's in float64 by ``bincount``: exact below 2^53 ns a batch).
     """
     st = calls.structure
     ids = np.sort(st.event_id)
-    self_gpu, first_gpu = np.zeros(len(ids)), np.zeros(len(ids))
+    self_gpu, first_gpu = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
     wanted = np.zeros(len(ids), np.bool_)
     ranges = _Ranges(source.arrow("SELECT event_id, pid, start_ns, end_ns FROM tree_ranges WHERE kind = 1"))
     copies: list[tuple[I64, I64]] = []
@@ -408,11 +408,11 @@ def gpu_pass(source: Source, calls: Calls, trace: str, rows: str, call_pid: Call
         # the structure's ranges: what is theirs as first node, and as operator
         own = ~call
         row = _rows(ids, node[own])
-        first_gpu += np.bincount(row, weights=d[own], minlength=len(ids))
+        first_gpu += np.bincount(row, weights=d[own], minlength=len(ids)).astype(np.int64)
         wanted[row[copy[own]]] = True
         op = np.flatnonzero(has_op)
         op = op[calls.parents(op_node[op]) == -2]  # operators among the structure's ranges
-        self_gpu += np.bincount(_rows(ids, op_node[op]), weights=d[op], minlength=len(ids))
+        self_gpu += np.bincount(_rows(ids, op_node[op]), weights=d[op], minlength=len(ids)).astype(np.int64)
         launched = has_launch & (launch_start != _NULL)
         ranges.add(launch_pid[launched], launch_start[launched], d[launched])
         copies.append((gpu_id[copy], node[copy]))
@@ -424,18 +424,17 @@ def gpu_pass(source: Source, calls: Calls, trace: str, rows: str, call_pid: Call
             {
                 "tc": np.zeros(len(ids), np.int64),
                 "event_id": ids,
-                "self_gpu": self_gpu.astype(np.int64),
-                "first_gpu": first_gpu.astype(np.int64),
+                "self_gpu": self_gpu,
+                "first_gpu": first_gpu,
                 "wanted": wanted,
             }
         ),
     )
     source.register("tree_process", ranges.table())
-    gpu_ids, nodes = (np.concatenate(c) if copies else np.zeros(0, np.int64) for c in zip(*copies, strict=True))
-    source.register(
-        "copy_nodes",
-        pa.table({"trace_id": pa.array([trace] * len(gpu_ids), pa.string()), "event_id": gpu_ids, "node": nodes}),
-    )
+    # the copies' nodes (16 bytes a copy), with the one trace's id added by a view, not held per row
+    nodes = [np.concatenate([c[i] for c in copies]) if copies else np.zeros(0, np.int64) for i in range(2)]
+    source.register("copy_node_ids", pa.table({"event_id": nodes[0], "node": nodes[1]}))
+    source.run(f"CREATE OR REPLACE VIEW copy_nodes AS SELECT {literal(trace)} AS trace_id, * FROM copy_node_ids")
     syncs = source.arrow(f"SELECT event_id FROM sync_calls WHERE NOT activity AND {call_pid('event_id')} IS NOT NULL")
     eid = np.asarray(syncs["event_id"].to_numpy(), np.int64)
     calls.ask(trace, calls.parents(eid), eid, np.ones(len(eid), bool))
@@ -490,7 +489,10 @@ class _Ranges:
             order = np.argsort(at, kind="stable")  # the launches come nearly in time order
             at = at[order]
             upto = np.concatenate(([0], np.cumsum(dur[order])))  # the sum of the launches before each
-            reached = mine[(self.start[mine] <= at[-1]) & (self.end[mine] >= at[0])]
+            # the ranges whose sum the batch changes: it holds launches up to one of the range's
+            # cut points (start - 1, end) and not up to the other (an end before the start too)
+            cut = self.start[mine] - 1, self.end[mine]
+            reached = mine[(np.minimum(*cut) < at[-1]) & (np.maximum(*cut) >= at[0])]
             inside = upto[np.searchsorted(at, self.end[reached], "right")]
             self.sums[reached] += inside - upto[np.searchsorted(at, self.start[reached], "left")]
 

@@ -233,19 +233,18 @@ class Source:
             self._kept[key] = make()
         return self._kept[key]
 
-    def formats(self) -> list[Any]:
+    def formats(self) -> tuple[Any, ...]:
         """The distinct values of the events' ``source`` column (the tools they came from, null
         included), read once per Source."""
 
-        def read() -> list[Any]:
-            values: list[Any] = self.arrow("SELECT DISTINCT source FROM events")["source"].to_pylist()
-            return values
+        def read() -> tuple[Any, ...]:
+            return tuple(self.arrow("SELECT DISTINCT source FROM events")["source"].to_pylist())
 
-        got: list[Any] = self.kept("formats", read)
+        got: tuple[Any, ...] = self.kept("formats", read)
         return got
 
     def register(self, name: str, data: pa.Table | pd.DataFrame) -> None:
-        """A small table of ours (windows, name labels) that queries can join."""
+        """A table of ours in memory (windows, name labels, the trees' sums per range) that queries can join."""
         self.con.register(name, data)
 
     def on_close(self, callback: Callable[[], object]) -> None:
