@@ -2,7 +2,7 @@
 launch of the process between the range's start and end, on real traces with NVTX ranges or
 annotations. ``measure._process_gpu`` (running sums over time buckets plus the launches of the
 ends' own buckets) with buckets of 1 ns (every launch a bucket of its own), the default ones, and
-one bucket for the whole trace; ``leaves.gpu_pass`` (where the calls are leaves: each batch of
+one bucket for the whole trace; ``leaf_gpu.gpu_pass`` (where the calls are leaves: each batch of
 launches sorted and summed up to the ranges' ends) with one batch and batches of 997 rows."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from traceconv.analyses import leaf_gpu as LG
 from traceconv.analyses import leaves as L
 from traceconv.analyses import measure as M
 from traceconv.analyses import syncs as Y
@@ -79,7 +80,7 @@ def _compare(table: pa.Table, monkeypatch: pytest.MonkeyPatch) -> int:
     return launched
 
 
-# The same sums where the calls are leaves (``leaves.gpu_pass``, in numpy): a launch's process is its
+# The same sums where the calls are leaves (``leaf_gpu.gpu_pass``, in numpy): a launch's process is its
 # call's, which ``tree_ranges`` then leaves out, so the direct sum finds it among every host range.
 DIRECT_CALLS = (
     f"WITH hosts AS (SELECT trace_id, event_id, pid FROM ({HOST_RANGES})), "
@@ -93,7 +94,7 @@ DIRECT_CALLS = (
 )
 
 
-@pytest.mark.parametrize("batch", [L.GPU_BATCH, 997])
+@pytest.mark.parametrize("batch", [LG.GPU_BATCH, 997])
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: Path(p).name)
 def test_process_gpu_of_leaf_calls_equals_a_direct_sum(path: Path, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _compare_leaves(load(path, columns=INPUT_COLUMNS), batch, monkeypatch) > 0
@@ -101,7 +102,7 @@ def test_process_gpu_of_leaf_calls_equals_a_direct_sum(path: Path, batch: int, m
 
 def test_leaf_sums_hold_launches_at_a_range_s_very_ends() -> None:
     """Hand-made (the real exports that take the calls as leaves launch nothing at the very nanosecond
-    that a range starts or ends, and no range ends before it starts): ``leaves._Ranges`` against the
+    that a range starts or ends, and no range ends before it starts): ``leaf_gpu.Ranges`` against the
     SQL's definition (the launches up to the end less those before the start: for a range that ends
     before it starts, minus those between), launches of two processes and of none of the ranges' in
     batches of every size, some in reverse time order."""
@@ -122,7 +123,7 @@ def test_leaf_sums_hold_launches_at_a_range_s_very_ends() -> None:
     }
     assert all(want.values()) and want[6] < 0  # every range holds a launch; the last, minus some
     for size in (1, 3, 17, len(times)):
-        got = L._Ranges(pa.table(ranges))
+        got = LG.Ranges(pa.table(ranges))
         for at in range(0, len(times), size):
             part = slice(at, at + size)
             got.add(pid[part][::-1], times[part][::-1], d[part][::-1])
@@ -132,7 +133,7 @@ def test_leaf_sums_hold_launches_at_a_range_s_very_ends() -> None:
 
 def _compare_leaves(table: pa.Table, batch: int, monkeypatch: pytest.MonkeyPatch) -> int:
     """Compares with the calls taken as leaves, ``batch`` GPU rows at a time; how many ranges launched GPU work."""
-    monkeypatch.setattr(L, "GPU_BATCH", batch)
+    monkeypatch.setattr(LG, "GPU_BATCH", batch)
     monkeypatch.setattr(L, "RATIO", 0)  # the calls as leaves wherever they can be
     monkeypatch.setattr(L, "MOST_STRUCTURE", 10**9)
     with Source(table) as source:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from traceconv.analyses import busy as B
 from traceconv.analyses import gpu as G
 from traceconv.analyses import intervals as I
+from traceconv.analyses import leaf_gpu as LG
 from traceconv.analyses import leaves as L
 from traceconv.analyses import syncs as Y
 from traceconv.analyses.idle import verdict
@@ -183,7 +184,7 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     first) order, and the trace ids its ``trace`` codes stand for. With ``calls`` (the CUDA API
     calls, found to be leaves), the ranges without them: GPU rows find their launching call and
     its process by event id instead of a join with millions of calls, and are read once, a batch
-    at a time, into what the trees need of them (``leaves.gpu_pass``).
+    at a time, into what the trees need of them (``leaf_gpu.gpu_pass``).
 
     Otherwise each step is a temporary table of integer columns, so that no query holds more than
     one join or sort at a time and DuckDB can spill each within its memory budget.
@@ -202,7 +203,7 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     )
     if calls is not None:
         with L.launch_lookup(source, calls) as call_pid:
-            L.gpu_pass(source, calls, traces[0], _nodes(f"({_launched(call_pid)})", "tree_ranges", call_pid), call_pid)
+            LG.gpu_pass(source, calls, traces[0], _nodes(f"({_launched(call_pid)})", "tree_ranges", call_pid), call_pid)
         return ranges_query(), traces
     _gpu_nodes(source)
     _per_range_sums(source)
