@@ -20,15 +20,15 @@ import duckdb
 import numpy as np
 import pytest
 
-from traceconv.analyses import busy as B
-from traceconv.analyses import leaves as L
-from traceconv.analyses import measure as M
 from traceconv.analyses import source as SRC
-from traceconv.analyses import syncs as Y
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import HOST_RANGES, INPUT_COLUMNS
 from traceconv.analyses.source import Source
 from traceconv.analyses.summary import as_dict, summarize
+from traceconv.analyses.summary import measure as M
+from traceconv.analyses.summary.attribution import leaves as L
+from traceconv.analyses.summary.attribution import syncs as Y
+from traceconv.analyses.summary.timeline import busy as B
 from traceconv.errors import ResourceError
 
 from .conftest import fixture
@@ -61,13 +61,48 @@ def _windows(lo: int, hi: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(np.array([lo], np.int64), np.array([hi], np.int64)), (steps[0], steps[1])]
 
 
-def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[dict, list]:
+GAP_KINDS = ("queued", "sync", "launch", "host_api", "host_other")
+
+
+def _gap_costs(
+    a: np.ndarray, length: np.ndarray, cover: list[np.ndarray], inside: list[np.ndarray], launch_gap: int
+) -> np.ndarray:
+    """The idle gaps over elementary pieces: a run of pieces no GPU row covers is a gap, charged to the
+    first set that covers its first piece (queued, sync, then a short gap is launch, a long one the host,
+    in a CUDA call or not); the runs before the first and after the last GPU row have no end."""
+    busy = cover[0]
+    out = np.zeros((len(inside), len(GAP_KINDS)), np.int64)
+    k = 0
+    while k < len(a):
+        if busy[k]:
+            k += 1
+            continue
+        j = k
+        while j < len(a) and not busy[j]:
+            j += 1
+        raw = int(length[k:j].sum()) if k > 0 and j < len(a) else np.iinfo(np.int64).max
+        if cover[1][k]:
+            kind = 0
+        elif cover[2][k]:
+            kind = 1
+        elif raw < launch_gap:
+            kind = 2
+        else:
+            kind = 3 if cover[3][k] else 4
+        for w, ins in enumerate(inside):
+            out[w, kind] += int(length[k:j][ins[k:j]].sum())
+        k = j
+    return out
+
+
+def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[dict, list, list]:
     gdev, gs, ge = _rows(source, GPU_ROWS)
     qdev, qs, qe = _rows(source, QUEUED)
     _, ys, ye = _rows(source, SYNC)
     _, as_, ae = _rows(source, API)
     busy: dict[str, list[int]] = {}
     causes = np.zeros((len(windows), 4), np.int64)
+    gaps = np.zeros((len(windows), len(GAP_KINDS)), np.int64)
     for dev in sorted(set(gdev.tolist())):
         sets = [(gs[gdev == dev], ge[gdev == dev]), (qs[qdev == dev], qe[qdev == dev]), (ys, ye), (as_, ae)]
         edges = [np.concatenate([w[0], w[1]]) for w in windows]
@@ -82,14 +117,19 @@ def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -
             cover.append(np.cumsum(diff)[: len(a)] > 0)
         first = np.select(cover, [0, 1, 2, 3], 4)
         busy[dev] = []
+        insides = []
         for k, (ws, we) in enumerate(windows):
             inside = np.zeros(len(a), bool)
             for s, e in zip(ws, we, strict=True):
                 inside |= (a >= s) & (b <= e)
+            insides.append(inside)
             busy[dev].append(int(length[inside & (first == 0)].sum()))
             for c in range(4):
                 causes[k, c] += int(length[inside & (first == c + 1)].sum())
-    return busy, causes.tolist()
+        # the nested unions, as the sweep's cascade has them: B, B u Q, B u Q u Y, B u Q u Y u A
+        nested = [np.logical_or.reduce(cover[: n + 1]) for n in range(4)]
+        gaps += _gap_costs(a, length, nested, insides, B.LAUNCH_GAP_NS)
+    return busy, causes.tolist(), gaps.tolist()
 
 
 @pytest.mark.parametrize(
@@ -133,15 +173,18 @@ def test_the_sweep_equals_an_independent_count(
         Y.classify(source)  # the syncs classified: what the independent count reads
         lo, hi = source.arrow("SELECT min(start_ns) AS lo, max(end_ns) AS hi FROM events").to_pylist()[0].values()
         windows = _windows(int(lo), int(hi))
-        want_busy, want_causes = _independent(source, windows)
+        want_busy, want_causes, want_gaps = _independent(source, windows)
         got = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, windows)  # what the summary's sweep reads
     if slice_rows < B.SLICE_ROWS:
         assert max(slices) > 3  # the time line was cut into slices
     assert bool(sorted_by_duckdb) == (held == 0)
     assert sum(c for k in want_causes for c in k) > 0 and any(v[0] for v in want_busy.values())  # not vacuous
-    for k, (times, idle) in enumerate(got):
+    assert all(sum(g) for g in want_gaps)  # not vacuous
+    for k, (times, idle, gaps) in enumerate(got):
         assert {d: t.busy_ns for d, t in times.items()} == {d: v[k] for d, v in want_busy.items()}
         assert [idle.queued, idle.host_sync, idle.host_launch, idle.host_other] == want_causes[k]
+        assert [getattr(gaps, name) for name in GAP_KINDS] == want_gaps[k]
+        assert sum(want_gaps[k]) == sum(t.idle_ns for t in times.values())  # every idle instant is in one gap
         for t in times.values():
             assert t.busy_ns + t.idle_ns == t.window_ns == int((windows[k][1] - windows[k][0]).sum())
 

@@ -16,10 +16,10 @@ import pytest
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.common import load
-from traceconv.analyses.measure import Scope
 from traceconv.analyses.results import LaunchFacts
 from traceconv.analyses.source import Source
 from traceconv.analyses.summary import summarize
+from traceconv.analyses.summary.scopes import Scope
 
 from .conftest import fixture_files
 
@@ -30,7 +30,10 @@ TRACES = [
     *fixture_files("pytorch/public", ["*.json", "*.json.gz"]),
 ]
 OCCUPANCY = ("est_occupancy_pct", "theoretical_occupancy_pct", "occupancy_pct")
-COLUMNS = ("kind", "name", "event_id", "start_ns", "dur_ns", "queue_ns", "launch_start_ns", "launch_end_ns")
+COLUMNS = (
+    *("kind", "name", "event_id", "start_ns", "dur_ns", "queue_ns", "launch_start_ns", "launch_end_ns"),
+    "launch_name",
+)
 
 
 def _median(values: pd.Series) -> int | None:
@@ -55,6 +58,9 @@ def _truth(table: pa.Table, scope: Scope) -> dict[str, Any]:
     if "occupancy_limiter" not in k:
         k["occupancy_limiter"] = None
     api = (k["launch_end_ns"] - k["launch_start_ns"]).astype("Float64")
+    # a kernel replayed from a CUDA graph has no launch call of its own: the graph's launches them all
+    replayed = k["launch_name"].astype(object).fillna("").str.contains(r"^(?:cuda|hip|cu)Graph(?:Launch|Replay)")
+    api[replayed.to_numpy(bool)] = pd.NA
     dur = k["dur_ns"].astype("Float64")
     tiny = k[(dur < api).fillna(False).to_numpy(bool)]
     nccl = k["name"].fillna("").str.lower().str.startswith("nccl")

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from traceconv.analyses import leaves as L
-from traceconv.analyses import measure as M
 from traceconv.analyses import summary as SM
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import INPUT_COLUMNS, host_extents, host_span
 from traceconv.analyses.source import Source
+from traceconv.analyses.summary import measure as M
+from traceconv.analyses.summary.attribution import leaves as L
 
 from .conftest import fixture, fixture_files
 

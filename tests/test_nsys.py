@@ -107,8 +107,8 @@ def test_every_export_converts_with_one_row_per_source_row(path: Path) -> None:
             "overhead": _count(db, "PROFILER_OVERHEAD"),
             "memory": _count(db, "CUDA_GPU_MEMORY_USAGE_EVENTS"),
             "metric": _count(db, "GPU_METRICS"),
+            "graph": _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"),
             "other": _count(db, "NVTX_EVENTS", "WHERE eventType NOT IN (34, 59, 60)")
-            + _count(db, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
             + _count(db, "OSRT_API")
             + _count(db, CUDA_EVENT)
             + _count(db, DIAGNOSTIC),
@@ -351,8 +351,9 @@ def test_uvm_migrations_are_kept_without_a_launch() -> None:
 def test_whole_graph_launches_are_linked_to_cuda_graph_launch() -> None:
     table = traceconv.read(fixture("nsys/h200/graph_whole.sqlite"))
     graphs = _rows(table, category="CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
-    assert len(graphs) == 5 and {r["kind"] for r in graphs} == {"other"}
+    assert len(graphs) == 5 and {r["kind"] for r in graphs} == {"graph"}  # GPU work, one row an execution
     assert {r["launch_name"] for r in graphs} == {"cudaGraphLaunch"} and all(r["graph_id"] for r in graphs)
+    assert {r["name"] for r in graphs} == {f"CUDA graph {graphs[0]['graph_id']}"}
 
 
 # -- the profiler's own tables ---------------------------------------------------------------------

@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from traceconv.analyses import leaves as L
-from traceconv.analyses import measure as M
 from traceconv.analyses import summary as SM
-from traceconv.analyses import syncs as Y
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import HOST_RANGES, INPUT_COLUMNS
 from traceconv.analyses.source import Source
+from traceconv.analyses.summary import measure as M
+from traceconv.analyses.summary.attribution import leaves as L
+from traceconv.analyses.summary.attribution import syncs as Y
 
 from .conftest import fixture, fixture_files
 

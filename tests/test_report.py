@@ -16,6 +16,7 @@ from traceconv.analyses import summary as SM
 from traceconv.analyses import timeline as T
 from traceconv.analyses.inputs import open_source
 from traceconv.analyses.source import Source
+from traceconv.analyses.summary.scopes import GpuWindows
 
 pytest.importorskip("vl_convert")
 
@@ -38,7 +39,7 @@ def test_breakdown_adds_up_and_busy_time_equals_the_summary_sweep(rel: str) -> N
             if scope_stats is None:
                 continue
             scope = scope_stats.scope
-            parts = T.breakdown(src, scope.start_ns, scope.end_ns, scope.steps)
+            parts = T.breakdown(src, scope.gpu, scope.steps)
             assert [b.device for b in parts] == list(scope_stats.gpu)
             for b in parts:
                 busy = b.compute_ns + b.communication_ns + b.copies_ns
@@ -53,22 +54,23 @@ def test_steps_one_by_one_add_up_to_the_steps(rel: str) -> None:
         s = SM.summarize(src)
         assert s.steps is not None
         scope = s.steps.scope
-        whole = T.breakdown(src, scope.start_ns, scope.end_ns, scope.steps)
-        each = T.step_breakdown(src, scope.start_ns, scope.end_ns)
+        whole = T.breakdown(src, scope.gpu, scope.steps)
+        assert s.lived is not None
+        each = T.step_breakdown(src, s.lived.start_ns, s.lived.end_ns)
     assert len(each) == len(whole) * scope.steps
     assert sorted({b.step for b in each}) == list(range(scope.steps))
     for w in whole:
         mine = [b for b in each if b.label == w.label]
         for field in ("compute_ns", "communication_ns", "copies_ns", "idle_ns", "window_ns"):
             assert sum(getattr(b, field) for b in mine) == getattr(w, field), field
-        order = np.argsort(scope.start_ns, kind="stable")
-        assert [b.window_ns for b in mine] == [int(scope.end_ns[k] - scope.start_ns[k]) for k in order]
+        lived = s.lived  # each step as the program lived it: host range and GPU work
+        assert [b.window_ns for b in mine] == [int(z - a) for a, z in zip(lived.start_ns, lived.end_ns, strict=True)]
 
 
 def test_collectives_are_communication_per_rank() -> None:
     with open_source([fixture(r) for r in RANKS]) as src:
         lo, hi = _window(src)
-        parts = T.breakdown(src, np.array([lo]), np.array([hi]))
+        parts = T.breakdown(src, GpuWindows((np.array([lo]), np.array([hi]))))
         nccl = src.arrow(
             "SELECT rank, sum(dur_ns) AS d FROM events WHERE kind = 'kernel' AND name ILIKE 'nccl%' GROUP BY 1"
         ).to_pylist()

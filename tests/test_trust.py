@@ -15,9 +15,9 @@ import traceconv
 from traceconv.analyses.common import load
 from traceconv.analyses.diff import as_dict as diff_dict
 from traceconv.analyses.diff import diff
-from traceconv.analyses.fixes import Program, idle_fix, tiny_fix
-from traceconv.analyses.prepare import INPUT_COLUMNS, prepare
+from traceconv.analyses.prepare import INPUT_COLUMNS, Program, prepare
 from traceconv.analyses.summary import as_dict, summarize
+from traceconv.analyses.summary.advice import idle_fix, tiny_fix
 from traceconv.cli import main
 from traceconv.errors import InputError, UnsupportedFormatError, UsageError
 
@@ -44,21 +44,26 @@ def _codes(d: dict[str, Any]) -> set[str]:
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:50])
 def test_the_verdict_agrees_with_the_findings(path: Path) -> None:
-    """Never `cpu-bound` beside QUEUE_WAIT (the GPU is the bottleneck while it has work); never a
-    HOST_DEVICE_COPIES finding for under a millisecond of copies; every verdict explained by its idle time."""
+    """A long queue is never a finding (it is what a GPU-bound program looks like); never a
+    HOST_DEVICE_COPIES finding for under a millisecond of copies; every verdict explained by the idle
+    gaps it names; findings ordered by what their fixes would win."""
     d = _summary(path)
     scope = d["steps"] or d
-    bound = d["bound"]
-    if "QUEUE_WAIT" in _codes(d):
-        assert bound["verdict"] in ("gpu-bound", "mixed")
+    bound, gaps = d["bound"], d["idle_gaps"]
+    assert "QUEUE_WAIT" not in _codes(d)
     copies = sum(scope["memcpy"][k]["dur_ns"] for k in ("HtoD", "DtoH") if k in scope["memcpy"])
     if copies < 1_000_000:
         assert "HOST_DEVICE_COPIES" not in _codes(d)
-    idle = bound["idle_ns"]
-    if bound["verdict"] == "cpu-bound" and sum(idle.values()):
-        assert idle["host_other"] == max(idle.values())
-    if bound["verdict"] == "sync-bound":
-        assert idle["host_sync"] == max(idle.values())
+    causes = {
+        "cpu-bound": gaps["host_ns"],
+        "sync-bound": gaps["result_wait_ns"] + gaps["staging_ns"],
+        "launch-bound": gaps["launch_ns"],
+        "gpu-wait": gaps["queued_ns"],
+    }
+    if bound["verdict"] in causes and any(causes.values()):
+        assert causes[bound["verdict"]] == max(causes.values())
+    savings = [f["saving_ns"] for f in d["findings"] if f["saving_ns"] is not None]
+    assert savings == sorted(savings, reverse=True)
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name[:50])
@@ -82,9 +87,11 @@ def test_the_corpus_has_programs_of_both_kinds_and_graph_replays() -> None:
 
 def test_graph_replays_and_cuda_programs_get_their_own_fixes() -> None:
     graphs, cuda = Program("pytorch", cuda_graphs=True), Program("cuda", cuda_graphs=False)
-    assert "CUDA graph" not in idle_fix("host_launch", graphs) and "torch.compile" in idle_fix("host_launch", graphs)
+    assert "CUDA graph" not in idle_fix("launch", graphs) and "torch.compile" in idle_fix("launch", graphs)
+    assert "CUDA graph" in idle_fix("launch", Program("pytorch", cuda_graphs=False))
     assert "already replays CUDA graphs" in tiny_fix(graphs)
-    assert "torch" not in idle_fix("host_other", cuda) and "torch" not in tiny_fix(cuda)
+    assert "torch" not in idle_fix("outside_ops", cuda) and "torch" not in tiny_fix(cuda)
+    assert "DataLoader" in idle_fix("outside_ops", Program("pytorch", cuda_graphs=False))
 
 
 def test_the_openacc_export_is_judged_by_cuda_terms() -> None:

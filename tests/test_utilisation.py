@@ -19,12 +19,12 @@ import pytest
 from click.testing import CliRunner
 
 from traceconv.analyses import metrics as U
-from traceconv.analyses.findings import evaluate
 from traceconv.analyses.inputs import open_source
 from traceconv.analyses.kernels import report as kernel_report
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import WARMUP_FACTOR
 from traceconv.analyses.summary import Summary, as_dict, summarize
+from traceconv.analyses.summary.findings import evaluate
 from traceconv.analyses.thresholds import DEFAULTS
 from traceconv.cli import main
 

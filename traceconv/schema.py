@@ -40,6 +40,7 @@ KINDS = (
     "overhead",
     "other",
     "metric",
+    "graph",
 )
 GPU_KINDS = ("kernel", "memcpy", "memset")
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")

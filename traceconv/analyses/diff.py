@@ -16,8 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import ranks as R
-from traceconv.analyses.findings import Finding, evaluate, ordered
-from traceconv.analyses.measure import Scope, ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.finding import Finding, ordered
 from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import as_source, prepare
 from traceconv.analyses.ranks.compare import RankChange, compare
@@ -41,6 +40,9 @@ from traceconv.analyses.results import (
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, utilisation_of
+from traceconv.analyses.summary.findings import evaluate
+from traceconv.analyses.summary.measure import ScopeStats, measure
+from traceconv.analyses.summary.scopes import Scope, step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 
 _OP_MEASURES = ("calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")

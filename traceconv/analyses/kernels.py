@@ -60,6 +60,14 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_KINDS = ("kernel",)
 
+
+def default_kinds(source: Source) -> tuple[str, ...]:
+    """Kernels, and CUDA graphs that Nsight Systems traced whole (its default) where the input has them:
+    one row an execution, with the launch that replayed it."""
+    graphs = source.scalar("SELECT count(*) FROM events WHERE kind = 'graph'")
+    return (*DEFAULT_KINDS, "graph") if graphs else DEFAULT_KINDS
+
+
 # What per_launch() and summary() read: load(path, columns=INPUT_COLUMNS, kinds=input_kinds(...)).
 INPUT_COLUMNS = (
     *("trace_id", "event_id", "source", "kind", "name", "start_ns", "dur_ns", "pid", "device", "context"),

@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.fixes import Program
-from traceconv.analyses.source import Source
-from traceconv.analyses.steps import STEP_PATTERN, Steps, find_steps, step_label, step_regex
+from traceconv.analyses.source import Source, literal
+from traceconv.analyses.steps import STEP_PATTERN, HostSteps, Launched, Steps, host_steps, lived, step_label, step_regex
 
 RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
 OP_KINDS = ("cpu_op", "nvtx")
 GPU_KINDS = ("kernel", "memcpy", "memset")
+# GPU work: the GPU rows, and CUDA graphs that Nsight Systems traced whole (one row an execution).
+GPU_WORK = "kind IN ('kernel', 'memcpy', 'memset', 'graph')"
 NO_OP = "(no operator)"
 _EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
 _PYTORCH = re.compile(r"^(aten::|ProfilerStep#|autograd::|torch\.)|at::native::|at::cuda::|\bc10::")
@@ -32,7 +33,7 @@ _GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)Graph(Launch|Replay)")
 # What the analyses read of the unified schema: load(path, columns=INPUT_COLUMNS).
 INPUT_COLUMNS = (
     *("source", "trace_id", "rank", "event_id", "kind", "name", "short_name", "start_ns", "end_ns", "dur_ns"),
-    *("pid", "tid", "device", "correlation_id", "launch_event_id", "launch_start_ns", "launch_end_ns"),
+    *("pid", "tid", "device", "correlation_id", "launch_event_id", "launch_name", "launch_start_ns", "launch_end_ns"),
     *("queue_ns", "op_event_id", "op_name", "occupancy_pct", "bytes", "copy_kind", "src_kind", "dst_kind"),
     *("sync_type", "total_allocated_bytes", "total_reserved_bytes", "args"),
     *("est_occupancy_pct", "theoretical_occupancy_pct", "occupancy_limiter", "value", "unit"),
@@ -48,6 +49,14 @@ HOST_THREAD = "CAST(hash(trace_id, pid, tid) >> 1 AS BIGINT)"
 
 
 @dataclass(frozen=True)
+class Program:
+    """What a trace says about the program that made it (the findings' advice is phrased for it)."""
+
+    framework: str  # "pytorch", or "cuda" for anything else
+    cuda_graphs: bool  # it launches CUDA graphs already
+
+
+@dataclass(frozen=True)
 class Facts:
     source: str  # "pytorch", "nsys", or both joined by "+"
     window: tuple[int, int]
@@ -57,6 +66,7 @@ class Facts:
     label_names: list[str]  # label id -> label
     last_end: int  # the last end of any host range: where a range that never ended ends
     last_anchor: int | None  # the latest launch (or start) of any GPU row
+    gpu_spans: dict[str, tuple[int, int]]  # per device: its first GPU work's start, its last one's end
 
 
 def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
@@ -76,12 +86,13 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     return Facts(
         source=sources,
         window=_window(host, gpu),
-        steps=find_steps(_step_ranges(source, last_end)),
+        steps=find(source, _step_ranges(source, last_end)),
         program=_program(source, sources),
         labels=names,
         label_names=label_names,
         last_end=int(last_end) if last_end is not None else 0,
         last_anchor=int(last_anchor) if last_anchor is not None else None,
+        gpu_spans=gpu_spans(source),
     )
 
 
@@ -154,12 +165,73 @@ def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list
 def _step_ranges(source: Source, last_end: int | None) -> pd.DataFrame:
     """The step ranges (``find_steps`` picks one thread's), with their grouped name."""
     steps: pd.DataFrame = source.frame(
-        f"SELECT r.name, l.label, r.start_ns, coalesce(r.end_ns, ?) AS end_ns, r.pid, r.tid FROM ({HOST_RANGES}) r "
+        f"SELECT r.name, l.label, r.start_ns, coalesce(r.end_ns, ?) AS end_ns, r.trace_id, r.pid, r.tid "
+        f"FROM ({HOST_RANGES}) r "
         "JOIN labels l ON l.name = r.name WHERE l.is_step AND r.kind IN ('cpu_op', 'nvtx') "
         "ORDER BY r.trace_id, r.event_id",
         [last_end],
     ).assign(is_step=True)
     return steps
+
+
+# A GPU row's device as the analyses name it.
+DEVICE = "coalesce(CAST(device AS VARCHAR), 'unknown')"
+
+
+def gpu_spans(source: Source) -> dict[str, tuple[int, int]]:
+    """Per device, from the start of its first GPU work to the end of its last: where its busy and
+    idle time are measured without steps."""
+    rows = source.arrow(
+        f"SELECT {DEVICE} AS dev, min(start_ns) AS s, max(end_ns) AS e FROM events "
+        f"WHERE {GPU_WORK} AND start_ns IS NOT NULL AND end_ns IS NOT NULL GROUP BY ALL"
+    ).to_pylist()
+    return {str(r["dev"]): (int(r["s"]), int(r["e"])) for r in rows}
+
+
+def find(source: Source, ranges: pd.DataFrame) -> Steps | None:
+    """The steps among ``ranges`` (:func:`~traceconv.analyses.steps.host_steps`), as the program
+    lived them with the GPU work they launched."""
+    host = host_steps(ranges)
+    return lived(host, launched(source, host)) if host is not None else None
+
+
+def launched(source: Source, host: HostSteps) -> Launched:
+    """The GPU work each host step range launched (by the start of its launching call, its own start
+    where that is not in the trace) in the steps' process, and the last end of what was launched before."""
+    source.register(
+        "step_hosts", pa.table({"k": np.arange(host.count, dtype=np.int64), "s": host.start_ns, "e": host.end_ns})
+    )
+    rows = source.arrow(
+        "WITH g AS (SELECT coalesce(launch_start_ns, start_ns) AS t, start_ns, end_ns FROM events "
+        f"WHERE {GPU_WORK} AND start_ns IS NOT NULL AND end_ns IS NOT NULL{_process_of(source, host)}) "
+        "SELECT h.k, min(g.start_ns) AS first, max(g.end_ns) AS last FROM g ASOF LEFT JOIN step_hosts h ON g.t >= h.s "
+        "WHERE h.k IS NULL OR g.t < h.e GROUP BY ALL"
+    ).to_pylist()
+    first = np.zeros(host.count, np.int64)
+    last = np.zeros(host.count, np.int64)
+    has = np.zeros(host.count, np.bool_)
+    before = None
+    for r in rows:
+        if r["k"] is None:
+            before = int(r["last"])
+        else:
+            first[r["k"]], last[r["k"]], has[r["k"]] = r["first"], r["last"], True
+    return Launched(first, last, has, before)
+
+
+def _process_of(source: Source, host: HostSteps) -> str:
+    """The condition that a GPU row was launched by the steps' process: in their trace; and, where the
+    trace has several host processes, its own process (Nsight Systems) or its launching call's (PyTorch)."""
+    if host.trace_id is None:
+        return ""
+    trace = f"coalesce(trace_id, '') = {literal(host.trace_id)}"
+    pids = source.scalar(f"SELECT count(DISTINCT pid) FROM events WHERE kind = 'cuda_api' AND {trace}")
+    if host.pid is None or not pids or int(pids) <= 1:
+        return f" AND {trace}"
+    calls = f"SELECT event_id FROM events WHERE kind = 'cuda_api' AND {trace} AND pid = {int(host.pid)}"
+    return (
+        f" AND {trace} AND CASE WHEN source = 'nsys' THEN pid = {int(host.pid)} ELSE launch_event_id IN ({calls}) END"
+    )
 
 
 def _source(source: Source) -> str:
@@ -190,3 +262,28 @@ def _program(source: Source, sources: str) -> Program:
 def as_source(data: pa.Table | Source) -> Source:
     """An analysis input as a Source: an Arrow table (``load``, ``traceconv.read``) is queried in place."""
     return data if isinstance(data, Source) else Source(data)
+
+
+_STEP_LIKE = re.compile(r"^(.*?)(\d+)$")
+_STEP_WORD = re.compile(r"step|iter|batch", re.IGNORECASE)  # what a step range's stem says of itself
+MIN_STEP_LIKE = 3  # ranges of one stem and a number before they look like steps
+
+
+def step_hint(source: Source) -> str:
+    """How to mark steps, or the --steps pattern that matches ranges that look like steps already
+    (a stem that says step, iteration or batch and a number, at least :data:`MIN_STEP_LIKE` of them:
+    ``rank0_step3``)."""
+    names = source.arrow(
+        "SELECT name, count(*) AS n FROM events WHERE kind IN ('cpu_op', 'nvtx') AND name IS NOT NULL "
+        "AND regexp_matches(name, '\\d+$') GROUP BY ALL"
+    ).to_pylist()
+    stems: dict[str, int] = {}
+    for r in names:
+        m = _STEP_LIKE.match(str(r["name"]))
+        if m and _STEP_WORD.search(m.group(1)):
+            stem = re.sub(r"\d+", r"\\d+", re.escape(m.group(1)))
+            stems[stem] = stems.get(stem, 0) + 1
+    likely = [s for s, n in sorted(stems.items(), key=lambda kv: -kv[1]) if n >= MIN_STEP_LIKE]
+    if likely:
+        return f"ranges that look like steps are there: --steps '^{likely[0]}\\d+$'"
+    return "prof.step(), or an NVTX range step_N per step; --steps REGEX names other ranges"

@@ -22,7 +22,8 @@ class DeviceTime:
 
 @dataclasses.dataclass(frozen=True)
 class IdleBreakdown:
-    """The GPUs' idle time by what happened meanwhile (:mod:`traceconv.analyses.idle`), summed over devices."""
+    """The GPUs' idle time by what happened meanwhile, instant by instant (the cascade of
+    :mod:`traceconv.analyses.summary.timeline.busy`), summed over devices."""
 
     queued: int  # ns: launched work waited to start (a GPU-side wait)
     host_sync: int  # ns: the host was blocked in a sync or a synchronous copy
@@ -171,6 +172,47 @@ class LaunchFacts:
     occupancy_limiters: dict[str, int] = dataclasses.field(default_factory=dict)  # limiter -> execution ns
 
 
+@dataclasses.dataclass(frozen=True)
+class Lack:
+    """Something a profile does not hold: what it is, what it leaves unanswered, and how to record it."""
+
+    missing: str
+    hides: str
+    how: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HostActivity:
+    """What the host was in during the GPUs' long idle gaps: a range (operator, annotation, CUDA call)
+    and the gap time it overlapped."""
+
+    name: str
+    kind: str  # cpu_op, nvtx or cuda_api
+    overlap_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class IdleGaps:
+    """The GPUs' idle gaps in a scope, each charged whole to what happened when the GPU ran out of
+    work (:mod:`traceconv.analyses.summary.timeline.gaps`), in ns summed over devices: what removing each cause
+    would win at most."""
+
+    queued_ns: int  # launched work waited on a dependency of the GPU's own
+    result_wait_ns: int  # the host was blocked waiting for a GPU result
+    staging_ns: int  # the host was blocked staging a copy from pageable memory
+    launch_ns: int  # short gaps: the host issued work more slowly than the GPU ran it
+    host_ns: int  # long gaps: the host's own work (data pipeline, Python, CPU operators, CUDA calls)
+    host_api_ns: int  # of host_ns: gaps that began with the host inside a CUDA call (loading, allocating ...)
+    host_outside_ops_ns: int  # of host_ns: outside any operator
+    result_wait_ops: list[OpTally]  # the operators whose syncs the result-wait gaps followed
+    staging_ops: list[OpTally]
+    host_activity: list[HostActivity]  # the ranges the host was in during the long gaps, most time first
+
+    @property
+    def total_ns(self) -> int:
+        return self.queued_ns + self.result_wait_ns + self.staging_ns + self.launch_ns + self.host_ns
+
+
 def plain(value: Any) -> Any:
     """The JSON form of a result (dataclasses as objects, in field order), recursively."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -233,7 +275,9 @@ class StepFigures:
 
     count: int
     label: str | None
-    median_ns: int  # the step time
+    median_ns: int  # the step time: the median step as the program lived it (host range and GPU work)
+    cpu_median_ns: int  # the host ranges' median
+    host_ahead_ns: int | None  # median of each step's GPU end less its host end (negative: the GPU waited)
     avg_ns: int
     min_ns: int
     max_ns: int

@@ -1,11 +1,23 @@
-"""Steps: the ranges that mark one training or inference iteration each, and their statistics.
+"""Steps: the ranges that mark one training or inference iteration each, and their time as the
+program lived it.
 
 Steps are ranges (CPU operators, annotations, NVTX ranges) whose name matches a pattern
 (``ProfilerStep#N``, ``step_N``, ``iterN`` ... by default); the thread that has the most of
-them wins, and a step inside another step is not one of its own. Their time is described by
-the median: a first step over :data:`WARMUP_FACTOR` times the median of all steps is warm-up
-(compilation, allocator growth, cuDNN autotuning) and is left out of the per-step figures,
-with a note; other steps that far from the median are reported as outliers and kept.
+them wins, and a step inside another step is not one of its own (:func:`host_steps`).
+
+A step's host range is when the host issued it; its GPU work (the kernels, copies, memsets and
+graphs launched inside the range, by any thread of its process) runs later when the host runs
+ahead of the GPU. Each step is therefore measured over the window in which the program lived it
+(:func:`lived`): it ends when both its host range and its GPU work have ended, and begins where
+the step before it ended (the first step: at its host range's start, or, when the GPU was still
+busy with earlier work, where that work ended or where its own GPU work began, whichever came
+first). The windows tile the steps back to back, so the step time, the median of their lengths,
+is the pace at which steps complete: the GPU's when the host runs ahead, the host's when the GPU
+waits for it. How far the host ran ahead is the median of each step's GPU end less its host end.
+
+A first step over :data:`WARMUP_FACTOR` times the median of all steps is warm-up (compilation,
+allocator growth, cuDNN autotuning) and is left out of the per-step figures, with a note; other
+steps that far from the median are reported as outliers and kept.
 """
 
 from __future__ import annotations
@@ -23,17 +35,59 @@ from traceconv.units import ms
 
 STEP_PATTERN = r"^(ProfilerStep#|(train[_ ]?)?step[ _#:-]?|iter(ation)?[ _#:-]?)\d+$"
 WARMUP_FACTOR = 3.0
+AHEAD_NOTE_PCT = 10.0  # the host's lead is said in a note from this share of the step time
+
+
+@dataclass(frozen=True)
+class HostSteps:
+    """The step ranges of one thread, in time order: where the host issued each step."""
+
+    label: str
+    names: list[str]
+    start_ns: I.I64
+    end_ns: I.I64
+    trace_id: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.start_ns)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The GPU work launched inside each host step range: its first start and last end
+    (``launched`` False where a step launched none), and the last end of the GPU work the
+    process launched before the first step (None: none)."""
+
+    gpu_start_ns: I.I64
+    gpu_end_ns: I.I64
+    launched: I.Bools
+    before_end_ns: int | None = None
+
+    @classmethod
+    def none(cls, count: int) -> Launched:
+        z = np.zeros(count, np.int64)
+        return cls(z, z.copy(), np.zeros(count, np.bool_))
 
 
 @dataclass(frozen=True)
 class Steps:
-    """The steps of one thread, in time order, warm-up left out; ``label``: their name, number as ``*``."""
+    """The steps of one thread, in time order, warm-up left out: each as the program lived it
+    (``start_ns``, ``end_ns``), its host range (``cpu_*``) and its GPU work (``gpu_*``, where
+    ``launched``); ``label``: their name, number as ``*``."""
 
     label: str
     start_ns: I.I64
     end_ns: I.I64
-    warmup_ns: int | None = None  # the duration of the first step when it was left out as warm-up
-    outliers: list[tuple[str, int]] = field(default_factory=list)  # (step name, duration) far from the median
+    cpu_start_ns: I.I64
+    cpu_end_ns: I.I64
+    gpu_start_ns: I.I64
+    gpu_end_ns: I.I64
+    launched: I.Bools
+    warmup_ns: int | None = None  # the length of the first step when it was left out as warm-up
+    outliers: list[tuple[str, int]] = field(default_factory=list)  # (step name, length) far from the median
 
     @property
     def count(self) -> int:
@@ -41,7 +95,23 @@ class Steps:
 
     @property
     def median_ns(self) -> int:
+        """The step time: the median step, as the program lived it."""
         return round(float(np.median(self.end_ns - self.start_ns)))
+
+    @property
+    def cpu_median_ns(self) -> int:
+        """The host ranges' median length."""
+        return round(float(np.median(self.cpu_end_ns - self.cpu_start_ns)))
+
+    @property
+    def host_ahead_ns(self) -> int | None:
+        """How far the host ran ahead of its GPU work: the median of each step's GPU end less its
+        host end (negative: the GPU's work ended first, it waited for the host); None when no step
+        launched GPU work."""
+        if not self.launched.any():
+            return None
+        lead = self.gpu_end_ns[self.launched] - self.cpu_end_ns[self.launched]
+        return round(float(np.median(lead)))
 
     def notes(self) -> list[str]:
         out = []
@@ -54,6 +124,13 @@ class Steps:
             listed = ", ".join(f"{name} {ms(dur)}" for name, dur in self.outliers[:5])
             more = f" and {len(self.outliers) - 5} more" if len(self.outliers) > 5 else ""
             out.append(f"steps far from the median of {ms(self.median_ns)} (kept): {listed}{more}")
+        ahead = self.host_ahead_ns
+        if ahead is not None and ahead * 100.0 >= AHEAD_NOTE_PCT * max(self.median_ns, 1):
+            out.append(
+                f"the host ran ahead of the GPU: each step's GPU work ended a median {ms(ahead)} after its host "
+                f"range ({ms(self.cpu_median_ns)} median) ended; the GPU is the limit, and steps are measured "
+                f"as the GPU ran them ({ms(self.median_ns)} median)"
+            )
         return out
 
 
@@ -71,33 +148,79 @@ def step_label(name: str) -> str:
     return re.sub(r"\d+$", "*", name)
 
 
-def find_steps(ranges: pd.DataFrame) -> Steps | None:
-    """The steps among ``ranges`` (a frame of prepare's ranges, with ``is_step`` and ``label``)."""
+def host_steps(ranges: pd.DataFrame) -> HostSteps | None:
+    """The step ranges among ``ranges`` (a frame of prepare's ranges, with ``is_step`` and
+    ``label``; ``trace_id`` optional), of the thread that has the most of them."""
     steps = ranges[ranges["is_step"]]
     if steps.empty:
         return None
-    thread = steps.groupby(["pid", "tid"], dropna=False, observed=True).size().idxmax()
-    on = steps[(steps["pid"].fillna(-1) == _fill(thread[0])) & (steps["tid"].fillna(-1) == _fill(thread[1]))]
-    on = on.sort_values("start_ns", kind="stable")
+    keys = [k for k in ("trace_id", "pid", "tid") if k in steps.columns]
+    thread = steps.groupby(keys, dropna=False, observed=True).size().idxmax()
+    thread = thread if isinstance(thread, tuple) else (thread,)
+    mine = np.ones(len(steps), np.bool_)
+    for k, v in zip(keys, thread, strict=True):
+        col = steps[k]
+        mine &= (col.isna() if pd.isna(v) else (col == v)).to_numpy(dtype=bool, na_value=False)
+    on = steps[mine].sort_values("start_ns", kind="stable")
     start, end = _ints(on["start_ns"]), _ints(on["end_ns"])
     reach = np.maximum.accumulate(end)
     outer = np.r_[True, start[1:] >= reach[:-1]]  # a step inside another step is not a step of its own
     labels = on["label"].astype(str).to_numpy()[outer]
-    names = on["name"].astype(str).to_numpy()[outer]
-    start, end = start[outer], end[outer]
-    label = str(pd.Series(labels).mode().iloc[0])
+    ident = dict(zip(keys, thread, strict=True))
+    return HostSteps(
+        label=str(pd.Series(labels).mode().iloc[0]),
+        names=[str(n) for n in on["name"].astype(str).to_numpy()[outer]],
+        start_ns=start[outer],
+        end_ns=end[outer],
+        trace_id=_opt(ident.get("trace_id"), str),
+        pid=_opt(ident.get("pid"), int),
+        tid=_opt(ident.get("tid"), int),
+    )
+
+
+def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
+    """Each step as the program lived it (the module's docstring), warm-up left out, outliers named."""
+    gpu = gpu if gpu is not None else Launched.none(host.count)
+    cpu_start, cpu_end = host.start_ns, host.end_ns
+    end = np.where(gpu.launched, np.maximum(cpu_end, gpu.gpu_end_ns), cpu_end)
+    end = np.maximum.accumulate(end)  # a step ends no earlier than the one before it
+    start = np.empty_like(end)
+    start[1:] = end[:-1]
+    start[0] = cpu_start[0]
+    if gpu.launched[0] and gpu.before_end_ns is not None:
+        # the GPU was still busy with earlier work: the step began when that ended, or when its own began
+        start[0] = max(int(cpu_start[0]), min(gpu.before_end_ns, int(gpu.gpu_start_ns[0])))
+    start[0] = min(start[0], end[0])
     dur = end - start
     median = float(np.median(dur))
+    keep = np.ones(len(dur), np.bool_)
     warmup = None
     if len(dur) > 2 and dur[0] > WARMUP_FACTOR * median:
-        warmup, start, end, names, dur = int(dur[0]), start[1:], end[1:], names[1:], dur[1:]
-    far = (dur > WARMUP_FACTOR * median) | (dur * WARMUP_FACTOR < median)
-    outliers = [(str(n), int(d)) for n, d in zip(names[far], dur[far], strict=True)]
-    return Steps(label=label, start_ns=start, end_ns=end, warmup_ns=warmup, outliers=outliers)
+        warmup, keep[0] = int(dur[0]), False
+    names = np.asarray(host.names, dtype=object)
+    far = keep & ((dur > WARMUP_FACTOR * median) | (dur * WARMUP_FACTOR < median))
+    return Steps(
+        label=host.label,
+        start_ns=start[keep],
+        end_ns=end[keep],
+        cpu_start_ns=cpu_start[keep],
+        cpu_end_ns=cpu_end[keep],
+        gpu_start_ns=gpu.gpu_start_ns[keep],
+        gpu_end_ns=gpu.gpu_end_ns[keep],
+        launched=gpu.launched[keep],
+        warmup_ns=warmup,
+        outliers=[(str(n), int(d)) for n, d in zip(names[far], dur[far], strict=True)],
+    )
 
 
-def _fill(v: Any) -> int:
-    return -1 if pd.isna(v) else int(v)
+def find_steps(ranges: pd.DataFrame) -> Steps | None:
+    """The steps among ``ranges`` (:func:`host_steps`) by their host ranges alone."""
+    host = host_steps(ranges)
+    return lived(host) if host is not None else None
+
+
+def _opt(v: Any, kind: type) -> Any:
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else kind(v)
 
 
 def _ints(s: pd.Series) -> I.I64:

@@ -16,7 +16,7 @@ class Thresholds:
     HOST_DEVICE_COPIES: float = 5.0  # % of GPU time spent in HtoD + DtoH copies
     SYNC_STALLS: float = 1.0  # syncs per step that wait for a GPU result (no steps: those followed by more GPU work)
     PAGEABLE_COPIES: float = 1.0  # HtoD copies per step from pageable memory that the host waits for (no steps: all)
-    GPU_IDLE: float = 30.0  # % of the time the GPUs sit idle
+    GPU_IDLE: float = 10.0  # % of a step the GPUs wait for the host (its own work; launches unless TINY_KERNELS)
     QUEUE_WAIT: float = 1000.0  # median µs a kernel waits between its launch call and its start
     LOW_OCCUPANCY: float = 15.0  # time-weighted estimated achieved occupancy %, reported *below* this
     TINY_KERNELS: float = 50.0  # % of launched kernels that run shorter than their own launch call
@@ -29,6 +29,7 @@ class Thresholds:
     min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged
     min_cost_ms: float = 1.0  # copy/sync findings: their cost (ms) in the whole scope must reach this ...
     min_cost_pct: float = 1.0  # ... and this share of a step (of the window without steps)
+    launch_gap_us: float = 200.0  # a GPU idle gap the host leaves shorter than this is launch overhead
     # -- memory (traceconv.analyses.memory) --
     MEMORY_GROWTH: float = 1.0  # MB a step by which allocated memory at the end of each step grows (at every step)
     FRAGMENTATION: float = 50.0  # % of the reserved memory not allocated at the allocated peak ...

@@ -16,7 +16,7 @@ tenths of a decade. Aggregation is SQL; the unions are numpy over one lane's sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,12 +24,13 @@ import numpy as np
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.source import Source
+from traceconv.analyses.summary.scopes import GpuWindows
 
 CLASSES = ("compute", "communication", "copies")
 # NCCL/RCCL kernels: ncclDevKernel_AllReduce_..., void ncclKernel_..., rccl...
 COLLECTIVE = "regexp_matches(lower(coalesce(name, '')), '^(void )?(nccl|rccl)')"
 LANE = "coalesce(rank, -1) AS rank, coalesce(CAST(device AS VARCHAR), 'unknown') AS dev"
-GPU_WORK = "kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+GPU_WORK = "kind IN ('kernel', 'memcpy', 'memset', 'graph') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
 BUCKETS = 400
 MAX_STEPS = 500  # steps shown one by one
 
@@ -128,22 +129,22 @@ def _merged(*parts: tuple[I.I64, I.I64]) -> tuple[I.I64, I.I64]:
     return I.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
-def breakdown(source: Source, window_start: I.I64, window_end: I.I64, steps: int = 1) -> list[Breakdown]:
-    """Each lane's time inside the windows by class, exclusive (see the module)."""
-    return [b for per_lane in _by_lane(source, [I.union(window_start, window_end)], steps, False) for b in per_lane]
+def breakdown(source: Source, windows: GpuWindows, steps: int = 1) -> list[Breakdown]:
+    """Each lane's time inside its windows (a scope's GPU windows) by class, exclusive (see the module)."""
+    return [b for per_lane in _by_lane(source, lambda dev: [windows.of(dev)], steps, False) for b in per_lane]
 
 
 def step_breakdown(source: Source, step_start: I.I64, step_end: I.I64, most: int = MAX_STEPS) -> list[Breakdown]:
     """Each lane's breakdown in each step (the first ``most`` steps), ``step`` numbering them from 0."""
     order = np.argsort(step_start, kind="stable")[:most]
     windows = [(step_start[k : k + 1], step_end[k : k + 1]) for k in order]
-    return [b for per_lane in _by_lane(source, windows, 1, True) for b in per_lane]
+    return [b for per_lane in _by_lane(source, lambda dev: windows, 1, True) for b in per_lane]
 
 
 def _by_lane(
-    source: Source, windows: Sequence[tuple[I.I64, I.I64]], steps: int, numbered: bool
+    source: Source, windows: Callable[[str], Sequence[tuple[I.I64, I.I64]]], steps: int, numbered: bool
 ) -> list[list[Breakdown]]:
-    """For each lane, its breakdown in each of ``windows`` (sorted, disjoint segments each)."""
+    """For each lane, its breakdown in each of its ``windows`` (sorted, disjoint segments each)."""
     found = lanes(source)
     several = len({rank for rank, _ in found}) > 1
     out = []
@@ -153,7 +154,7 @@ def _by_lane(
         with_comm = _merged(compute, u["communication"])
         busy = _merged(with_comm, u["copies"])
         parts = []
-        for k, (ws, we) in enumerate(windows):
+        for k, (ws, we) in enumerate(windows(dev)):
             c, cc, b = (_inside(x, ws, we) for x in (compute, with_comm, busy))
             total = int((we - ws).sum())
             label = lane_label(rank, dev, several)

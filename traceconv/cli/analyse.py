@@ -44,9 +44,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 @click.option(
     "--kind",
     "kinds",
-    type=click.Choice(["kernel", "memcpy", "memset"]),
+    type=click.Choice(["kernel", "graph", "memcpy", "memset"]),
     multiple=True,
-    help="GPU work to include (repeatable).  [default: kernel]",
+    help="GPU work to include (repeatable): graph = CUDA graphs traced whole by Nsight Systems, one row an "
+    "execution.  [default: kernel, and graph where the input has graphs]",
 )
 @handle_errors
 def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, kinds: tuple[str, ...]) -> None:
@@ -70,10 +71,9 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
     from traceconv.analyses import kernels as K
     from traceconv.render.kernels import kernels_text
 
-    kinds = kinds or K.DEFAULT_KINDS
     limit = top if top is not None else (20 if fmt == "table" else 0)
     with opened([trace]) as source:
-        result = K.report(source, kinds, None if per_launch else by, limit)
+        result = K.report(source, kinds or K.default_kinds(source), None if per_launch else by, limit)
     text, remark = kernels_text(result, fmt, trace, shutil.get_terminal_size((200, 24)).columns)
     click.echo(text, nl=False)
     if remark:

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from traceconv.analyses.results import (
     SYNC_KINDS,
     Copies,
-    IdleBreakdown,
+    IdleGaps,
     OpRow,
     StepFigures,
     SyncTally,
@@ -76,6 +76,8 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
         return json_document(report_dict(r)) + "\n"
     doc = Doc(fmt == "markdown", width)
     doc.title(f"{title} ({r.source})")
+    for lack in r.lacks:
+        doc.line(f"Not in this profile: {lack.missing} ({lack.hides}): {lack.how}")
     for note in r.notes:
         doc.line(f"Note: {note}")
     _overview(doc, r)
@@ -107,6 +109,10 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
     span = f"Profiled window {ms(r.window_ns)}"
     if s:
         span += f"; {s.count} steps {s.label}: median {ms(s.median_ns)} (min {ms(s.min_ns)}, max {ms(s.max_ns)})"
+        span += f"; host ranges {ms(s.cpu_median_ns)}"
+        if s.host_ahead_ns is not None:
+            ahead = s.host_ahead_ns
+            span += f", host {ms(ahead)} ahead of the GPU" if ahead >= 0 else f", GPU waited {ms(-ahead)} for the host"
     doc.line(span)
     if r.ranks:  # several ranks: each on its own line, not merged into the devices of one trace
         for text in summary_rank_lines(r.ranks):
@@ -118,21 +124,24 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
             extra = f"; in steps busy {s.gpu[dev].busy_ns * 100.0 / s.gpu[dev].window_ns:.1f}%"
         doc.line(f"GPU {dev}: busy {ms(g.busy_ns)} ({pct:.1f}%), idle {ms(g.idle_ns)}{extra}")
     b = r.bound
-    doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{idle_words(b.idle_ns)})")
+    per = s.count if s and b.scope == "steps" else 1
+    doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{gap_words(r.idle_gaps, per)})")
 
 
-def idle_words(idle: IdleBreakdown) -> str:
-    """ "; idle: host elsewhere 80%, ..." for the parts of the GPUs' idle time that are there."""
-    parts = [(what, getattr(idle, name)) for name, what in IDLE_PARTS.items()]
-    said = ", ".join(f"{what} {idle.pct(ns):.0f}%" for what, ns in parts if ns)
-    return f"; of the idle time: {said}" if said else ""
+def gap_words(g: IdleGaps, per: int) -> str:
+    """ "; idle gaps a step: host work 27 ms, ..." for the causes of the GPUs' idle gaps that are there."""
+    parts = [(what, getattr(g, name)) for name, what in GAP_PARTS.items()]
+    said = ", ".join(f"{what} {ms(ns / per)}" for what, ns in parts if ns)
+    each = " a step" if per > 1 else ""
+    return f"; idle{each} after: {said}" if said else ""
 
 
-IDLE_PARTS = {
-    "host_other": "host elsewhere",
-    "host_launch": "host launching",
-    "host_sync": "host blocked in syncs",
-    "queued": "work queued on the GPU",
+GAP_PARTS = {
+    "host_ns": "host work",
+    "launch_ns": "launches",
+    "result_wait_ns": "result waits",
+    "staging_ns": "pageable copies",
+    "queued_ns": "GPU-side waits",
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from traceconv.analyses.findings import Finding
+from traceconv.analyses.finding import Finding
 from traceconv.units import CELLS, NULL
 
 _MIN_NAME = 12  # a document's name column shrinks to this before a table may exceed the width

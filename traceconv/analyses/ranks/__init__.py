@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import as_source
+from traceconv.analyses.prepare import as_source, step_hint
 from traceconv.analyses.ranks import calls as C
 from traceconv.analyses.ranks import match as M
 from traceconv.analyses.ranks import units as U
@@ -45,7 +45,8 @@ def analyse(
     calls = [C.calls(source, u) for u in found]
     grouped = M.groups(calls)
     offsets = M.offsets(calls, grouped, 0)
-    crossed = across(calls, grouped, offsets)
+    steps = [I.union(m[2].start_ns, m[2].end_ns) if m[2] is not None else None for m in measured]
+    crossed = across(calls, grouped, offsets, steps)
     rows = [_row(u, m, calls[i], crossed, offsets[i], i) for i, (u, m) in enumerate(zip(found, measured, strict=True))]
     slow = stragglers(rows, crossed, thresholds)
     return RanksReport(
@@ -57,7 +58,7 @@ def analyse(
         clock_offsets_ns={u.label: offsets[i] for i, u in enumerate(found)} if len(found) > 1 else {},
         stragglers=slow,
         findings=findings(rows, slow, thresholds) if len(found) > 1 else [],
-        notes=_notes(found, calls, grouped, crossed, offsets),
+        notes=_notes(found, calls, grouped, crossed, offsets) + _step_notes(source, measured, step_pattern),
     )
 
 
@@ -114,6 +115,15 @@ def _row(unit: U.Unit, m: _Measured, c: C.Calls, crossed: Across, offset: int | 
         last_arrivals=t.last_arrivals,
         clock_offset_ns=offset,
     )
+
+
+def _step_notes(source: Source, measured: list[_Measured], step_pattern: str) -> list[str]:
+    """Without steps, each rank is measured over its whole window: said, with how to mark them."""
+    if any(m[2] is not None for m in measured):
+        return []
+    return [
+        f"no range matches --steps {step_pattern!r}: each rank is measured over its whole window; {step_hint(source)}"
+    ]
 
 
 def _notes(

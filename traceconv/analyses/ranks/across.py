@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
+from traceconv.analyses import intervals as I
 from traceconv.analyses.ranks.calls import Calls, algorithm, bus_factor, message_bytes
 from traceconv.analyses.ranks.match import Group
 from traceconv.analyses.ranks.model import Collective
@@ -14,12 +16,17 @@ from traceconv.analyses.ranks.model import Collective
 
 @dataclass
 class Tally:
-    """Per rank: matched collectives, time waited for the last rank, arrivals last, others' wait caused."""
+    """Per rank: matched collectives, time waited for the last rank, arrivals last, others' wait caused;
+    and the same of the collectives inside the rank's steps (``steps_*``), the ones a per-step figure
+    may be divided by the steps."""
 
     matched: int = 0
     wait_ns: int = 0
     last_arrivals: int = 0
     caused_ns: int = 0
+    steps_matched: int = 0
+    steps_last_arrivals: int = 0
+    steps_caused_ns: int = 0
 
 
 @dataclass
@@ -29,13 +36,23 @@ class Across:
     unmatched: int = 0
 
 
-def across(calls: Sequence[Calls], found: Sequence[Group], offsets: dict[int, int | None]) -> Across:
-    """Every complete instance of every group as a :class:`Collective`; the rest counted unmatched."""
+Segments = tuple[I.I64, I.I64]
+
+
+def across(
+    calls: Sequence[Calls],
+    found: Sequence[Group],
+    offsets: dict[int, int | None],
+    steps: Sequence[Segments | None] = (),
+) -> Across:
+    """Every complete instance of every group as a :class:`Collective`; the rest counted unmatched.
+    ``steps``: per rank, the windows of its steps (on its own clock), or None."""
     out = Across(tallies={i: Tally() for i in range(len(calls))})
     matched_rows = 0
+    windows = list(steps) + [None] * (len(calls) - len(steps))
     for g in found:
         for seq, members in g.complete(calls).items():
-            out.collectives.append(_record(calls, g, seq, members, offsets, out.tallies))
+            out.collectives.append(_record(calls, g, seq, members, offsets, out.tallies, windows))
             matched_rows += len(members)
     out.unmatched = sum(len(c.rows) for c in calls) - matched_rows
     out.collectives.sort(key=lambda c: (min(c.start_ns.values()), c.process_group, c.seq))
@@ -49,6 +66,7 @@ def _record(
     members: dict[int, int],
     offsets: dict[int, int | None],
     tallies: dict[int, Tally],
+    windows: Sequence[Segments | None],
 ) -> Collective:
     rows = {m: calls[m].rows.iloc[i] for m, i in members.items()}
     labels = {m: calls[m].unit.label for m in members}
@@ -61,7 +79,8 @@ def _record(
     time_ns = int(rows[last]["dur_ns"])
     name = str(first_row["collective"])
     algbw, busbw = _bandwidth(name, nbytes, time_ns, n)
-    _tally(tallies, start, last)
+    own = {m: int(r["start_ns"]) for m, r in rows.items()}
+    _tally(tallies, start, last, {m: _inside(own[m], windows[m]) for m in members})
     return Collective(
         collective=name,
         process_group=g.name,
@@ -91,13 +110,25 @@ def _bandwidth(name: str, nbytes: int | None, time_ns: int, n: int) -> tuple[flo
     return round(algbw, 3), round(algbw * bus_factor(name, n), 3)
 
 
-def _tally(tallies: dict[int, Tally], start: dict[int, int], last: int) -> None:
+def _tally(tallies: dict[int, Tally], start: dict[int, int], last: int, in_steps: dict[int, bool]) -> None:
     """Each rank waited from its start to the last rank's; the last rank caused all of it."""
+    caused = sum(start[last] - s for s in start.values())
     for m, s in start.items():
         tallies[m].matched += 1
         tallies[m].wait_ns += start[last] - s
+        tallies[m].steps_matched += in_steps[m]
     tallies[last].last_arrivals += 1
-    tallies[last].caused_ns += sum(start[last] - s for s in start.values())
+    tallies[last].caused_ns += caused
+    if in_steps[last]:
+        tallies[last].steps_last_arrivals += 1
+        tallies[last].steps_caused_ns += caused
+
+
+def _inside(t: int, windows: Segments | None) -> bool:
+    if windows is None or not len(windows[0]):
+        return False
+    at = int(np.searchsorted(windows[0], t, side="right")) - 1
+    return at >= 0 and t < int(windows[1][at])
 
 
 def _first(rows: dict[int, pd.Series], column: str) -> int | None:

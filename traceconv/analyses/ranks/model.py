@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from traceconv.analyses.findings import Finding
+from traceconv.analyses.finding import Finding
 
 
 @dataclasses.dataclass(frozen=True)

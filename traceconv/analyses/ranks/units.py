@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from traceconv.analyses import intervals as I
+from traceconv.analyses.prepare import launched
 from traceconv.analyses.ranks.model import Breakdown
 from traceconv.analyses.source import Source
-from traceconv.analyses.steps import Steps, find_steps, step_label, step_regex
+from traceconv.analyses.steps import Steps, host_steps, lived, step_label, step_regex
 
 IDENTITY = ("trace_id", "pid", "device", "rank", "source")
 
@@ -37,7 +38,7 @@ def class_sql(source: Source) -> str:
 
 
 UNIT_SQL = "trace_id IS NOT DISTINCT FROM ? AND pid IS NOT DISTINCT FROM ? AND device IS NOT DISTINCT FROM ?"
-GPU_KINDS = "kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+GPU_KINDS = "kind IN ('kernel', 'memcpy', 'memset', 'graph') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
 
 
 @dataclass(frozen=True)
@@ -163,11 +164,12 @@ def unit_steps(source: Source, unit: Unit, pattern: str) -> Steps | None:
         return None
     marks = ", ".join("?" for _ in steps)
     ranges = source.frame(
-        "SELECT name, start_ns, end_ns, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid FROM events "
-        f"WHERE {where} AND name IN ({marks}) ORDER BY event_id",
+        "SELECT name, start_ns, end_ns, coalesce(trace_id, '') AS trace_id, coalesce(pid, -1) AS pid, "
+        f"coalesce(tid, -1) AS tid FROM events WHERE {where} AND name IN ({marks}) ORDER BY event_id",
         [*params, *steps],
     )
-    return find_steps(ranges.assign(label=ranges["name"].astype(str).map(step_label), is_step=True))
+    host = host_steps(ranges.assign(label=ranges["name"].astype(str).map(step_label), is_step=True))
+    return lived(host, launched(source, host)) if host is not None else None
 
 
 def _clip(segs: tuple[I.I64, I.I64], windows: tuple[I.I64, I.I64]) -> tuple[I.I64, I.I64]:

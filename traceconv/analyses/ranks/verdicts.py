@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from traceconv.analyses.findings import Finding, make, ordered
+from traceconv.analyses.finding import Finding, make, ordered
 from traceconv.analyses.ranks.across import Across
 from traceconv.analyses.ranks.model import Breakdown, RankRow, Straggler
 from traceconv.analyses.thresholds import Thresholds
@@ -61,9 +61,15 @@ def _late(rows: Sequence[RankRow], crossed: Across, steps: bool, t: Thresholds) 
     out = []
     for i, r in enumerate(rows):
         tally = crossed.tallies[i]
-        if not median or not tally.matched or 2 * tally.last_arrivals <= tally.matched:
+        # per step: only the collectives inside the steps (warm-up and start-up broadcasts are not a step's)
+        matched, last, caused = (
+            (tally.steps_matched, tally.steps_last_arrivals, tally.steps_caused_ns)
+            if steps
+            else (tally.matched, tally.last_arrivals, tally.caused_ns)
+        )
+        if not median or not matched or 2 * last <= matched:
             continue
-        wait = tally.caused_ns / (len(rows) - 1) / (r.steps if steps else 1)
+        wait = caused / (len(rows) - 1) / (r.steps if steps else 1)
         share = wait * 100.0 / median
         if share >= t.STRAGGLER:
             out.append(_straggler_of(r, crossed, i, "arrival", wait, median, share))

@@ -255,9 +255,12 @@ def _codes(arr: Col) -> tuple[list[str | None], I64]:
 
 
 def graphs(t: pa.Table) -> Part:
-    """Whole CUDA graphs traced as one GPU activity (``--cuda-graph-trace=graph``): kind ``other``."""
-    part = _gpu(t, GRAPH, "other", frozenset())
-    part.cols["name"] = constant(t.num_rows, "CUDA graph")
+    """Whole CUDA graphs traced as one GPU activity (``--cuda-graph-trace=graph``, the default): kind
+    ``graph``, named by their graph id (``CUDA graph 12``)."""
+    part = _gpu(t, GRAPH, "graph", frozenset())
+    ids = ints(t, "graphId")
+    distinct, codes = np.unique(ids, return_inverse=True)
+    part.cols["name"] = from_codes(codes, [f"CUDA graph {i}" if i != NONE else "CUDA graph" for i in distinct])
     return part
 
 

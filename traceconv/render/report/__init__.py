@@ -51,8 +51,8 @@ def figures(source: Source, name: str, opts: Options) -> RunFigures:
         name=name,
         summary=SM.report(s, opts.top),
         scope=scope.name,
-        breakdown=T.breakdown(source, scope.start_ns, scope.end_ns, scope.steps),
-        steps=T.step_breakdown(source, scope.start_ns, scope.end_ns) if scope.name == "steps" else [],
+        breakdown=T.breakdown(source, scope.gpu, scope.steps),
+        steps=T.step_breakdown(source, s.lived.start_ns, s.lived.end_ns) if s.lived and scope.name == "steps" else [],
         timeline=T.series(source, (int(window.start_ns[0]), int(window.end_ns[0]))),
         histograms=T.histograms(source),
     )

@@ -1,9 +1,18 @@
-"""``traceconv summary``: where the time goes and what is wasteful, for one trace.
+"""``traceconv summary``: where the time goes, what is wasteful, and what fixing it would win.
 
-:func:`summarize` measures the whole profiled window (tables of operators, kernels,
-copies, syncs, GPU busy time) and, when the trace marks steps, the steps alone; findings
-and the CPU/GPU-bound verdict come from the steps when there are any (warm-up and
-set-up outside them would only blur them). :func:`report` is what the command shows, :func:`as_dict` its JSON form.
+:func:`summarize` runs the stages in the order the data flows, each a module of this package:
+
+1. :mod:`.scopes`: the whole profiled window and, when the trace marks steps, the steps as the
+   program lived them (:mod:`traceconv.analyses.prepare` finds them and their GPU work);
+2. :mod:`.timeline`: each GPU's busy and idle time over those windows, and its idle gaps by cause;
+3. :mod:`.attribution`: operators, ranges, kernels, copies and syncs, and who caused them
+   (:mod:`.measure` runs stages 2 and 3 for every scope in one pass);
+4. :mod:`.findings` and :mod:`.verdict`: the problems, ranked by what fixing each would win;
+5. :mod:`.advice`: each fix in the words of the program, chosen by what the host was doing;
+
+and :mod:`.coverage` says what the profile cannot answer. Findings and the verdict come from the
+steps when there are any (warm-up and set-up outside them would only blur them). :func:`report` is
+what the command shows, :func:`as_dict` its JSON form.
 """
 
 from __future__ import annotations
@@ -18,16 +27,16 @@ import pyarrow as pa
 
 from traceconv.analyses import memory as M
 from traceconv.analyses import metrics as U
-from traceconv.analyses import ops as O
 from traceconv.analyses import ranks as R
-from traceconv.analyses.findings import Finding, evaluate, memory_findings, ordered
-from traceconv.analyses.measure import ScopeStats, measure, step_scope, window_scope
+from traceconv.analyses.finding import Finding, ordered
 from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.ranks.model import RankRow
 from traceconv.analyses.results import (
     Copies,
     DeviceTime,
+    IdleGaps,
     KernelRow,
+    Lack,
     MemoryPeak,
     OpRow,
     RangeRow,
@@ -37,9 +46,16 @@ from traceconv.analyses.results import (
     plain,
 )
 from traceconv.analyses.source import Source
-from traceconv.analyses.steps import STEP_PATTERN
+from traceconv.analyses.steps import STEP_PATTERN, Steps
+from traceconv.analyses.summary import measure as MS
+from traceconv.analyses.summary.attribution import ops as O
+from traceconv.analyses.summary.coverage import lacks
+from traceconv.analyses.summary.findings import evaluate, memory_findings
+from traceconv.analyses.summary.measure import ScopeStats
+from traceconv.analyses.summary.scopes import step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import UsageError
+from traceconv.units import ms
 
 DEFAULT_TOP = 10
 
@@ -57,6 +73,8 @@ class Summary:
     sort: str = "gpu_self_ns"  # the operator tables' order: a column
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks, one by one (None: one rank)
     gpu_metrics: U.Utilisation = field(default_factory=dict)  # per device, GPU metrics' means in the focus scope
+    lived: Steps | None = None  # the steps, as the program lived them
+    lacks: list[Lack] = field(default_factory=list)  # what the profile does not hold
 
     @property
     def focus(self) -> ScopeStats:
@@ -99,7 +117,7 @@ def summarize(
     steps_scope = step_scope(facts)
     if steps_scope is not None:
         scopes.append(steps_scope)
-    stats, trees = measure(source, facts, scopes, thresholds)
+    stats, trees = MS.measure(source, facts, scopes, thresholds)
     window = _sorted_ops(stats[0], SORTS[sort])
     steps = _sorted_ops(stats[1], SORTS[sort]) if len(stats) > 1 else None
     focus = steps if steps is not None else window
@@ -108,6 +126,7 @@ def summarize(
     memory = M.memory(source, facts.steps, top, facts.window[0])
     utilisation = utilisation_of(source, steps)
     found = evaluate(focus, thresholds, facts.program, utilisation) + memory_findings(memory, thresholds, facts.program)
+    notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds)
     return Summary(
         source=facts.source,
         window=window,
@@ -116,18 +135,34 @@ def summarize(
         memory=memory,
         shapes=O.input_dims(source, trees, names),
         thresholds=thresholds,
-        notes=facts_notes(source, facts, step_pattern) + M.notes(source, memory) + _rank_notes(per_rank),
+        notes=notes + M.notes(source, memory) + _rank_notes(per_rank),
         sort=SORTS[sort],
         ranks=per_rank.ranks if per_rank is not None else None,
         gpu_metrics=utilisation,
+        lived=facts.steps,
+        lacks=lacks(source, facts),
     )
 
 
+def _queue_note(focus: ScopeStats, facts: Facts, t: Thresholds) -> list[str]:
+    """Kernels that wait long in the queue mean the host runs ahead: the GPU is the limit (said once:
+    the steps' own note says it where the steps show it)."""
+    f = focus.launch
+    if f.queue_median_ns is None or f.kernels < t.min_kernels or f.queue_median_ns / 1e3 < t.QUEUE_WAIT:
+        return []
+    if facts.steps is not None and any("ran ahead" in n for n in facts.steps.notes()):
+        return []
+    return [
+        f"kernels wait a median {ms(f.queue_median_ns)} between their launch call and their start: the host runs "
+        "ahead of the GPU, which is the limit (QUEUE_WAIT: information, not a problem)"
+    ]
+
+
 def utilisation_of(source: Source, steps: ScopeStats | None) -> U.Utilisation:
-    """GPU metrics' means over the steps' samples; without steps, over every sample."""
+    """GPU metrics' means over the steps' samples (as the GPUs ran the steps); without steps, over every sample."""
     if steps is None:
         return U.scope_means(source)
-    return U.scope_means(source, steps.scope.start_ns, steps.scope.end_ns)
+    return U.scope_means(source, *steps.scope.gpu.default)
 
 
 def _rank_notes(per_rank: R.RanksReport | None) -> list[str]:
@@ -184,6 +219,8 @@ class SummaryReport:
     notes: list[str]
     sort: str
     gpu_metrics: U.Utilisation  # per device: GPU metrics' means over the findings' scope
+    idle_gaps: IdleGaps  # the focus scope's idle gaps by cause: what each fix would win, at most
+    lacks: list[Lack]  # what the profile does not hold, what that hides, how to record it
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -193,7 +230,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
     return SummaryReport(
         source=s.source,
         window_ns=w.scope.window_ns,
-        steps=step_figures(s.steps),
+        steps=step_figures(s.steps, s.lived),
         gpu=w.gpu,
         bound=ScopedBound(**vars(s.focus.bound), scope=s.focus.scope.name),
         top_ops=op_rows(w.ops, top, s.shapes),
@@ -210,6 +247,8 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         sort=s.sort,
         ranks=s.ranks,
         gpu_metrics=s.gpu_metrics,
+        idle_gaps=s.focus.gaps,
+        lacks=s.lacks,
     )
 
 
@@ -226,14 +265,16 @@ def report_dict(r: SummaryReport) -> dict[str, Any]:
     return out
 
 
-def step_figures(st: ScopeStats | None) -> StepFigures | None:
-    if st is None:
+def step_figures(st: ScopeStats | None, lived: Steps | None) -> StepFigures | None:
+    if st is None or lived is None:
         return None
-    dur = st.scope.end_ns - st.scope.start_ns
+    dur = lived.end_ns - lived.start_ns
     return StepFigures(
         count=st.scope.steps,
         label=st.scope.label,
-        median_ns=st.scope.step_ns,
+        median_ns=lived.median_ns,
+        cpu_median_ns=lived.cpu_median_ns,
+        host_ahead_ns=lived.host_ahead_ns,
         avg_ns=round(float(dur.mean())),
         min_ns=int(dur.min()),
         max_ns=int(dur.max()),

@@ -7,16 +7,7 @@ that already replays CUDA graphs is not told to use them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Program:
-    """What a trace says about the program that made it."""
-
-    framework: str  # "pytorch", or "cuda" for anything else
-    cuda_graphs: bool  # it launches CUDA graphs already
-
+from traceconv.analyses.prepare import Program
 
 _FIXES: dict[str, dict[str, str]] = {
     "HOST_DEVICE_COPIES": {
@@ -35,12 +26,6 @@ _FIXES: dict[str, dict[str, str]] = {
         "non_blocking=True",
         "cuda": "copy from pinned host memory (cudaMallocHost or cudaHostRegister; CuPy: cupyx.empty_pinned) with "
         "cudaMemcpyAsync on a stream",
-    },
-    "QUEUE_WAIT": {
-        "pytorch": "make the GPU work cheaper (mixed precision, fused kernels via torch.compile); for latency, this "
-        "wait adds to every result",
-        "cuda": "make the kernels cheaper (lower precision, fusion, tuning); for latency, this wait adds to every "
-        "result",
     },
     "LOW_OCCUPANCY": {
         "pytorch": "small grids or heavy register/shared memory use leave SMs idle: larger batches, fused kernels "
@@ -78,28 +63,56 @@ def fix(code: str, program: Program) -> str:
 
 
 def idle_fix(cause: str, program: Program) -> str:
-    """The fix for GPU idle time whose largest part is ``cause`` (an IdleBreakdown field)."""
+    """The fix for a GPU that waits for its host, by what the host mostly did meanwhile: ``launch``
+    (short gaps: operator dispatch and kernel launches), ``cuda_calls`` (long CUDA calls: set-up),
+    ``outside_ops`` (its own work outside any operator: a data pipeline, Python between steps) or
+    ``cpu_ops`` (CPU-side operators)."""
     torch = program.framework == "pytorch"
-    if cause == "host_launch":
+    if cause == "launch":
         if program.cuda_graphs:
-            return "fuse the work that is still launched kernel by kernel" + (" (torch.compile)" if torch else "")
-        return "cut launches (torch.compile, CUDA graphs)" if torch else "launch fewer, larger kernels, or a CUDA graph"
-    if cause == "host_sync":
-        return "remove the synchronisations and synchronous copies in the loop (see SYNC_STALLS and PAGEABLE_COPIES)"
-    if cause == "queued":
-        return "the GPU waits on its own dependencies (events, other streams or GPUs): overlap them with compute"
+            return "fuse the work that is still launched kernel by kernel" + (
+                " (torch.compile), or batch more work into each launch" if torch else ", or batch it"
+            )
+        if torch:
+            return (
+                "cut the per-kernel host cost: capture the step in a CUDA graph (torch.cuda.CUDAGraph, or "
+                "torch.compile(mode='reduce-overhead')), fuse kernels with torch.compile, or give each launch more "
+                "work (larger batches)"
+            )
+        return "launch fewer, larger kernels, or capture the launches in a CUDA graph"
+    if cause == "cuda_calls":
+        return (
+            "the host is inside CUDA calls (module loading, allocation, stream or graph creation): set-up "
+            "belongs before the profiled steps (warm up first"
+            + ("; torch.profiler.schedule(wait=..., warmup=...)" if torch else "")
+            + "); where it recurs every step, allocate once and reuse"
+        )
+    if cause == "cpu_ops":
+        if torch:
+            return (
+                "the CPU operators named above keep the host busy: run them on the GPU, or move them off the step "
+                "(DataLoader workers)"
+            )
+        return "move the host's computation off the critical path, or to the GPU"
     if torch:
-        return "move that work to the GPU or off the critical path (DataLoader workers, prefetch the next batch)"
+        return (
+            "overlap the host's work with the GPU's: load and preprocess data in DataLoader workers "
+            "(num_workers > 0, pin_memory=True), prefetch the next batch, or move the preprocessing to the GPU"
+        )
     return "overlap the host's work with the GPU's (launch asynchronously, double-buffer the inputs)"
 
 
 def tiny_fix(program: Program) -> str:
     if program.cuda_graphs:
         return (
-            "fuse them"
+            "batch them into fewer, larger operations, or fuse them"
             + (" (torch.compile)" if program.framework == "pytorch" else "")
-            + ("; the step already replays CUDA graphs, so what is left is the GPU's own cost per kernel")
+            + ("; the step already replays CUDA graphs, so what is left is the work still launched one by one")
         )
     if program.framework == "pytorch":
-        return "fuse them (torch.compile) or replay the step as a CUDA graph"
-    return "fuse them, or launch them as a CUDA graph"
+        return (
+            "batch them into fewer, larger operations (one grouped convolution, torch.bmm over stacked weights, "
+            "larger batches), fuse them (torch.compile), or replay the step as a CUDA graph "
+            "(torch.compile(mode='reduce-overhead'))"
+        )
+    return "batch them into fewer, larger kernels (batched or grouped GEMMs), fuse them, or launch them as a CUDA graph"

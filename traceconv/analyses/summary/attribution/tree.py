@@ -102,7 +102,7 @@ class Block:
 @dataclass(frozen=True)
 class Leaves:
     """What CUDA API calls kept out of a block add to the block's rows, their parents
-    (:mod:`traceconv.analyses.leaves`): per row the calls' summed durations, their count and the GPU
+    (:mod:`traceconv.analyses.summary.attribution.leaves`): per row the calls' summed durations, their count and the GPU
     time they launched; and the calls whose region is asked for, as their parent's row and their key."""
 
     dur: I64
@@ -115,7 +115,7 @@ class Leaves:
 def walk(
     batches: Iterator[pa.RecordBatch], windows: Sequence[tuple[I64, I64]], labels: list[str], traces: list[str]
 ) -> Trees:
-    """Work out every block of ``batches`` (the stream :mod:`traceconv.analyses.measure` queries);
+    """Work out every block of ``batches`` (the stream :mod:`traceconv.analyses.summary.measure` queries);
     ``windows``: the scopes' time windows, each as sorted disjoint segments; ``traces``: the trace
     ids the stream's codes stand for."""
     trees = Trees(labels, traces, [Totals(len(labels)) for _ in windows])

@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from traceconv.analyses.source import Source
-from traceconv.analyses.tree import Trees
+from traceconv.analyses.summary.attribution.tree import Trees
 
 OP_COLUMNS = ("name", "calls", "gpu_self_ns", "gpu_total_ns", "cpu_total_ns", "cpu_self_ns")
 NVTX_COLUMNS = ("name", "count", "dur_ns", "gpu_ns", "gpu_process_ns")

@@ -15,7 +15,7 @@ one ended), carried over from batch to batch. Nothing holds more than a slice, h
 trace (a slice that the cuts cannot split, of starts that tie, is sorted by DuckDB within its
 budget). One pass for every scope together, whatever the number of kernels and calls. The host's
 sets count for every device.
-Definitions: :mod:`traceconv.analyses.idle`.
+Definitions: :mod:`traceconv.analyses.summary.verdict`.
 """
 
 from __future__ import annotations
@@ -28,23 +28,36 @@ import numpy as np
 from traceconv.analyses import intervals as I
 from traceconv.analyses.results import DeviceTime, IdleBreakdown
 from traceconv.analyses.source import Source
+from traceconv.analyses.summary.scopes import GpuWindows
+from traceconv.analyses.summary.timeline import gaps as G
 
 Segments = tuple[I.I64, I.I64]
-# What the sweep reads of each GPU row (by default; measure.py passes its table of the GPU rows).
-GPU_TIMES = "SELECT device, start_ns, end_ns, launch_end_ns FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
+# What the sweep reads of each GPU row (by default; measure.py passes its table of the GPU rows):
+# kernels, copies, memsets, and CUDA graphs traced whole.
+GPU_TIMES = (
+    "SELECT device, start_ns, end_ns, launch_end_ns FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
+)
+
+
 SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 BATCH_ROWS = 1 << 18  # intervals fetched, and merged into the unions, at a time
 SLICE_ROWS = 1 << 19  # intervals a slice of the time line holds (what numpy sorts at once), about
 SAMPLE_ROWS = 1 << 16  # the starts sampled (about) to cut the time line into slices
+LAUNCH_GAP_NS = 200_000  # a gap the host leaves shorter than this is launch overhead (gaps.py)
 HELD_SLICES = 4  # a slice is sorted in numpy up to this many times SLICE_ROWS intervals, else by DuckDB
 
 
 def sweep(
-    source: Source, sync_sql: str, api_sql: str, windows: Sequence[Segments], gpu_sql: str = GPU_TIMES
-) -> list[tuple[dict[str, DeviceTime], IdleBreakdown]]:
-    """For each scope's ``windows`` (sorted, disjoint segments): per device its busy time, idle time and
-    the windows' length, and the idle time of all devices together split by cause. ``sync_sql`` and
+    source: Source,
+    sync_sql: str,
+    api_sql: str,
+    windows: Sequence[GpuWindows | Segments],
+    gpu_sql: str = GPU_TIMES,
+    launch_gap_ns: int = LAUNCH_GAP_NS,
+) -> list[tuple[dict[str, DeviceTime], IdleBreakdown, G.GapCosts]]:
+    """For each scope's ``windows``: per device its busy time, idle time and the windows' length, and
+    the idle time of all devices together split by cause. ``sync_sql`` and
     ``api_sql`` give the host's intervals (s, e), ``gpu_sql`` the GPU rows' device, start_ns, end_ns
     and launch_end_ns; each is read once per slice of the time line, so tables, not views of a file."""
     timed = f"SELECT * FROM ({gpu_sql}) WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
@@ -52,18 +65,23 @@ def sweep(
         (str(d) for d in source.arrow(f"SELECT DISTINCT {_DEV} AS dev FROM ({timed})")["dev"].to_pylist()),
         key=_device_order,
     )
-    lengths = [int((e - s).sum()) for s, e in windows]
+    scoped = [w if isinstance(w, GpuWindows) else GpuWindows(w) for w in windows]
     spent = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)  # per scope: busy, then the causes
     times: list[dict[str, DeviceTime]] = [{} for _ in windows]
+    gaps = [G.GapCosts() for _ in windows]
     for dev in devices:
-        per_dev = _one_device(source, _spans(timed, dev, sync_sql, api_sql), windows)
+        mine = [w.of(dev) for w in scoped]
+        lengths = [int((e - s).sum()) for s, e in mine]
+        per_dev, dev_gaps = _one_device(source, _spans(timed, dev, sync_sql, api_sql), mine, launch_gap_ns)
+        for k, g in enumerate(dev_gaps):
+            gaps[k].add(g)
         for k, window_ns in enumerate(lengths):
             times[k][dev] = DeviceTime(
                 busy_ns=int(per_dev[k, 0]), idle_ns=window_ns - int(per_dev[k, 0]), window_ns=window_ns
             )
         spent += per_dev
     return [
-        (times[k], IdleBreakdown(**{c: int(spent[k, 1 + i]) for i, c in enumerate(CAUSES)}))
+        (times[k], IdleBreakdown(**{c: int(spent[k, 1 + i]) for i, c in enumerate(CAUSES)}), gaps[k])
         for k in range(len(windows))
     ]
 
@@ -88,10 +106,13 @@ def _spans(timed: str, dev: str, sync_sql: str, api_sql: str) -> str:
     )
 
 
-def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.ndarray:
+def _one_device(
+    source: Source, spans: str, windows: Sequence[Segments], launch_gap_ns: int
+) -> tuple[np.ndarray, list[G.GapCosts]]:
     """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope), from
-    the ``spans`` of its four sets."""
+    the ``spans`` of its four sets; and its idle gaps by cause (:mod:`traceconv.analyses.summary.timeline.gaps`)."""
     unions = [_Union(windows) for _ in SETS]  # B, B u Q, B u Q u Y, B u Q u Y u A
+    gaps = G.GapTally(windows, launch_gap_ns)
     for lo, hi in _slices(source, spans):
         inside = " AND ".join(
             ["true", *([f"e > {lo}"] if lo is not None else []), *([f"s < {hi}"] if hi is not None else [])]
@@ -108,13 +129,14 @@ def _one_device(source: Source, spans: str, windows: Sequence[Segments]) -> np.n
                 if level:
                     kept = np.flatnonzero(c < level)
                     s, e, c = s[kept], e[kept], c[kept]
+        gaps.slice(lo, hi, [u.take() for u in unions])
     covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
     lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
     out[:, 0] = covered[:, 0]
     out[:, 1:-1] = np.diff(covered, axis=1)
     out[:, -1] = lengths - covered[:, -1]
-    return out
+    return out, gaps.finish()
 
 
 def _in_order(source: Source, clipped: str) -> Iterator[tuple[I.I64, I.I64, np.ndarray]]:
@@ -172,6 +194,7 @@ class _Union:
         self.windows = windows
         self.covered = np.zeros(len(windows), np.int64)
         self.open: tuple[int, int] | None = None  # (start, reach) of the segment not yet closed
+        self.closed: list[Segments] = []  # the segments closed since the last take()
 
     def add(self, s: I.I64, e: I.I64) -> None:
         n = len(s)
@@ -197,6 +220,14 @@ class _Union:
         self.open = (int(starts[-1]), int(reach[-1]))
         self._count(starts[:-1], ends)
 
+    def take(self) -> Segments:
+        """The segments closed since the last call, and the one still open as far as it reaches."""
+        parts = [*self.closed, *([(np.array([self.open[0]]), np.array([self.open[1]]))] if self.open else [])]
+        self.closed = []
+        if not parts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
     def finish(self) -> I.I64:
         if self.open is not None:
             self._count(np.array([self.open[0]], np.int64), np.array([self.open[1]], np.int64))
@@ -209,6 +240,7 @@ class _Union:
         search per window edge among the segments, not per segment among the windows)."""
         if not len(starts):
             return
+        self.closed.append((starts, ends))
         for k, (ws, we) in enumerate(self.windows):
             # only the windows that overlap the segments: the others gain nothing from them
             lo, hi = int(np.searchsorted(we, starts[0], "right")), int(np.searchsorted(ws, ends[-1], "left"))

@@ -17,17 +17,19 @@ from traceconv.analyses.results import Copies, CopyOpTally, LaunchFacts
 from traceconv.analyses.source import Source, Within
 
 TOP_OPS = 5
+GRAPH_LAUNCH = "^(cuda|hip|cu)Graph(Launch|Replay)"  # a kernel replayed from a graph: its launch is the graph's
 GPU = (
     "SELECT coalesce(trace_id, '') AS trace_id, event_id, kind, name, short_name, start_ns, end_ns, dur_ns, device, "
     "launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, bytes, "
     # occupancy: computed from the launch configuration (est, else theoretical), else Kineto's figure
     "coalesce(est_occupancy_pct, theoretical_occupancy_pct, occupancy_pct) AS occupancy_pct, occupancy_limiter, "
-    "copy_kind, src_kind, dst_kind, coalesce(launch_start_ns, start_ns) AS anchor FROM events "
-    "WHERE kind IN ('kernel', 'memcpy', 'memset')"
+    "copy_kind, src_kind, dst_kind, coalesce(launch_start_ns, start_ns) AS anchor, "
+    f"coalesce(regexp_matches(launch_name, '{GRAPH_LAUNCH}'), false) AS replayed FROM events "
+    "WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
 )
 
 
-KERNEL, MEMCPY, MEMSET = 0, 1, 2
+KERNEL, MEMCPY, MEMSET, GRAPH = 0, 1, 2, 3  # GRAPH: a graph traced whole, in the kernel tables
 GROUPS = "gpu_groups"  # the table of :func:`scope_groups`
 
 
@@ -38,7 +40,8 @@ def scope_groups(withins: list[Within]) -> str:
     (written out once, then read by each query) cost several times as long. The medians are
     :func:`medians`."""
     return (
-        f"SELECT CAST(CASE kind WHEN 'kernel' THEN {KERNEL} WHEN 'memcpy' THEN {MEMCPY} ELSE {MEMSET} END AS UTINYINT) "
+        f"SELECT CAST(CASE kind WHEN 'kernel' THEN {KERNEL} WHEN 'memcpy' THEN {MEMCPY} WHEN 'memset' THEN {MEMSET} "
+        f"ELSE {GRAPH} END AS UTINYINT) "
         f"AS k, name, CAST(occupancy_limiter AS VARCHAR) AS limiter{_flags(withins)}, "
         "count(*) AS n, count(api) AS n_api, count(queue_ns) AS n_queue, total(dur_ns) AS dur, "
         "total(queue_ns) AS queue, count(*) FILTER (WHERE dur_ns < api) AS n_tiny, "
@@ -52,7 +55,8 @@ def scope_groups(withins: list[Within]) -> str:
     )
 
 
-_ROWS = f"SELECT *, launch_end_ns - launch_start_ns AS api FROM ({GPU})"
+# A kernel's own launch call: none for a kernel replayed from a graph (one call launches them all).
+_ROWS = f"SELECT *, CASE WHEN replayed THEN NULL ELSE launch_end_ns - launch_start_ns END AS api FROM ({GPU})"
 _OCC = "WHERE occupancy_pct IS NOT NULL"
 MEDIANS = ("tiny_med", "api_med", "queue_med")  # what :func:`medians` gives each scope
 
@@ -116,7 +120,7 @@ def kernel_table(source: Source, groups: str) -> pd.DataFrame:
         # a kernel named "(unnamed)" and unnamed ones are one
         "SELECT coalesce(name, '(unnamed)') AS name, isum(n) AS count, isum(dur) AS dur_ns, isum(queue) AS queue_ns, "
         "isum(n_queue) AS queued, arg_min(short_name, short_first) AS short_name, sum(occ_w) AS occ_w, "
-        f"sum(occ_t) AS occ_t FROM ({groups}) WHERE k = {KERNEL} GROUP BY 1"
+        f"sum(occ_t) AS occ_t FROM ({groups}) WHERE k IN ({KERNEL}, {GRAPH}) GROUP BY 1"
     )
     out["occupancy_pct"] = (out["occ_w"] / out["occ_t"].where(out["occ_t"] > 0)).astype("float64")
     out["avg_ns"] = out["dur_ns"] / out["count"]

@@ -1,4 +1,4 @@
-"""The GPU rows where the CUDA API calls are leaves (:mod:`traceconv.analyses.leaves`): read once,
+"""The GPU rows where the CUDA API calls are leaves (:mod:`traceconv.analyses.summary.attribution.leaves`): read once,
 a batch at a time, into what the calls and the structure's ranges need of them, instead of a table
 of every GPU row written out and read back by one statement per figure (``measure.tree_stream``'s
 path for the sorted stream). Both ways give the same summary (tests/test_leaves.py,
@@ -11,9 +11,9 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from traceconv.analyses.leaves import Calls
 from traceconv.analyses.source import Source, literal
-from traceconv.analyses.tree import I64
+from traceconv.analyses.summary.attribution.leaves import Calls
+from traceconv.analyses.summary.attribution.tree import I64
 
 # GPU rows per batch of :func:`gpu_pass` (DuckDB holds several batches of a join's output ahead,
 # so that larger batches raise the summary's peak memory: bench/README.md)

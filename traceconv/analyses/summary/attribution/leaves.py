@@ -3,7 +3,7 @@ instead of sorted with every host range and joined with their GPU work.
 
 Most host ranges of an Nsight Systems export are CUDA API calls (4.2M of 4.3M in the 16x bench
 export), and a call is rarely more than a leaf: it is no operator, and nothing starts inside it.
-All a leaf gives the walk (:mod:`traceconv.analyses.tree`) goes to its parent, the innermost range
+All a leaf gives the walk (:mod:`traceconv.analyses.summary.attribution.tree`) goes to its parent, the innermost range
 open when it starts: its duration and itself as a child, the GPU time it launched, and, when its
 region is asked for, the parent's region. So :func:`scan` reads the other host ranges (operators,
 annotations, NVTX ranges: the structure) sorted, then the calls as the file holds them, each finding
@@ -37,7 +37,7 @@ from duckdb.func import FunctionNullHandling, PythonUDFType
 from traceconv.analyses import intervals as I
 from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, host_extents, host_span
 from traceconv.analyses.source import Source
-from traceconv.analyses.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
+from traceconv.analyses.summary.attribution.tree import I64, Leaves, Totals, Trees, block_of, named_samples, work
 
 RATIO = 4  # the calls must be at least this many times the other host ranges
 MOST_STRUCTURE = 1 << 18  # the most other host ranges held whole as one block

@@ -1,11 +1,12 @@
 """Everything a summary measures, for each of its scopes (the whole window, the steps), out of core.
 
-The host ranges' trees are walked once for every scope (:mod:`traceconv.analyses.tree`); the
-GPU rows, copies, syncs and busy time are DuckDB queries (:mod:`~traceconv.analyses.gpu`,
-:mod:`~traceconv.analyses.syncs`, :mod:`~traceconv.analyses.busy`). A row belongs to a scope by
-its anchor time: GPU work by the start of the call that launched it (its own start when the
-launch is not in the trace), host ranges and syncs by their start. GPU busy time is the union
-of a device's kernels, copies and memsets, clipped to the scope's windows.
+The stages after the scopes (:mod:`.scopes`): the GPU timeline (:mod:`.timeline`: busy time, idle
+time by cause, the idle gaps and what caused them) over each scope's GPU windows, and the
+attribution (:mod:`.attribution`: the host ranges' trees, walked once for every scope, with the
+GPU rows, copies and syncs as DuckDB queries). A row belongs to a scope by its anchor time: GPU
+work by the start of the call that launched it (its own start when the launch is not in the
+trace), host ranges and syncs by their start. GPU busy time is the union of a device's kernels,
+copies, memsets and whole graphs, clipped to the scope's GPU windows.
 """
 
 from __future__ import annotations
@@ -14,59 +15,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses import busy as B
-from traceconv.analyses import gpu as G
 from traceconv.analyses import intervals as I
-from traceconv.analyses import leaf_gpu as LG
-from traceconv.analyses import leaves as L
-from traceconv.analyses import syncs as Y
-from traceconv.analyses.idle import verdict
 from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
-from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, LaunchFacts, Syncs
+from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, IdleGaps, LaunchFacts, Syncs
 from traceconv.analyses.source import Source, Within
+from traceconv.analyses.summary.attribution import gpu as G
+from traceconv.analyses.summary.attribution import leaf_gpu as LG
+from traceconv.analyses.summary.attribution import leaves as L
+from traceconv.analyses.summary.attribution import syncs as Y
+from traceconv.analyses.summary.attribution.tree import BATCH_ROWS as TREE_BATCH_ROWS
+from traceconv.analyses.summary.attribution.tree import KIND_CODES, Trees, walk
+from traceconv.analyses.summary.scopes import Scope
+from traceconv.analyses.summary.timeline import busy as B
+from traceconv.analyses.summary.timeline import gaps as GP
+from traceconv.analyses.summary.verdict import verdict
 from traceconv.analyses.thresholds import Thresholds
-from traceconv.analyses.tree import BATCH_ROWS as TREE_BATCH_ROWS
-from traceconv.analyses.tree import KIND_CODES, Trees, walk
 from traceconv.errors import ResourceError
 
 PARTS = (1, 8, 64)  # the aggregate per host range is tried whole, then in this many parts
 LAUNCH_BUCKET_NS = 1 << 20  # the time buckets of the launches' running sums
-
-
-@dataclass(frozen=True)
-class Scope:
-    name: str  # "window" or "steps"
-    start_ns: I.I64
-    end_ns: I.I64
-    steps: int  # how many steps the scope holds (1 for a window without steps)
-    label: str | None = None  # the steps' name, number as "*"
-
-    @property
-    def window_ns(self) -> int:
-        return I.length(self.start_ns, self.end_ns)
-
-    @property
-    def step_ns(self) -> int:
-        """The time of one step: the median step (the whole window without steps)."""
-        if self.name != "steps":
-            return self.window_ns
-        return round(float(np.median(self.end_ns - self.start_ns)))
-
-
-def window_scope(facts: Facts) -> Scope:
-    lo, hi = facts.window
-    return Scope("window", np.array([lo], np.int64), np.array([hi], np.int64), 1)
-
-
-def step_scope(facts: Facts) -> Scope | None:
-    s = facts.steps
-    if s is None:
-        return None
-    return Scope("steps", s.start_ns, s.end_ns, s.count, s.label)
 
 
 @dataclass(frozen=True)
@@ -81,6 +51,7 @@ class ScopeStats:
     memcpy: dict[str, Copies]
     sync: Syncs
     launch: LaunchFacts
+    gaps: IdleGaps  # the GPUs' idle gaps by what caused them: what each fix would win, at most
 
 
 def measure(
@@ -89,13 +60,16 @@ def measure(
     """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
     withins = [source.within(f"in_scope_{k}", *segments) for k, segments in enumerate(windows)]
+    lived = [s.gpu for s in scopes]
     source.table(G.GROUPS, G.scope_groups(withins))
     kernel_medians = G.medians(source, withins)
     source.table("scoped_copies", G.scoped_copies(withins))
     Y.prepare_calls(source)
     # what the sweep reads of the GPU rows, once per slice of the time line: a table, not the file
     source.table("gpu_spans", B.GPU_TIMES)
-    sweeps = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, windows, "SELECT * FROM gpu_spans")
+    sweeps = B.sweep(
+        source, Y.SYNC_SPANS, Y.API_SPANS, lived, "SELECT * FROM gpu_spans", round(thresholds.launch_gap_us * 1e3)
+    )
     source.run("DROP TABLE gpu_spans")
     source.run("DROP TABLE api_spans")
     calls = L.scan(source, facts, trace_codes(source), Y.blocking_ids(source))
@@ -124,18 +98,19 @@ def _measure(
     within: Within,
     trees: Trees,
     k: int,
-    passes: tuple[tuple[dict[str, DeviceTime], IdleBreakdown], dict[str, Any]],  # the sweep's, the medians'
+    passes: tuple[tuple[dict[str, DeviceTime], IdleBreakdown, GP.GapCosts], dict[str, Any]],  # sweep's, medians'
     thresholds: Thresholds,
 ) -> ScopeStats:
     groups = G.scope_rows(G.GROUPS, k)
     gpu_ns = G.gpu_time(source, groups)
-    (busy, idle), kernel_medians = passes
+    (busy, idle, gaps), kernel_medians = passes
     launch = G.launch_facts(source, groups, kernel_medians)
     calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", within, "start_ns")
+    idle_gaps = GP.idle_gaps(source, gaps)
     return ScopeStats(
         scope=scope,
         gpu=busy,
-        bound=_bound(busy, idle, launch, thresholds),
+        bound=_bound(busy, idle, idle_gaps, thresholds),
         gpu_time_ns=gpu_ns,
         ops=trees.op_table(k),
         nvtx=trees.nvtx_table(k),
@@ -143,24 +118,20 @@ def _measure(
         memcpy=G.copies(source, G.scope_rows("scoped_copies", k), gpu_ns),
         sync=Y.tally(source, calls, facts.last_anchor),
         launch=launch,
+        gaps=idle_gaps,
     )
 
 
-def _bound(busy: dict[str, DeviceTime], idle: IdleBreakdown, launch: LaunchFacts, t: Thresholds) -> Bound:
-    """The verdict (:mod:`traceconv.analyses.idle`), the GPUs' busy share, and their idle time by
+def _bound(busy: dict[str, DeviceTime], idle: IdleBreakdown, gaps: IdleGaps, t: Thresholds) -> Bound:
+    """The verdict (:mod:`traceconv.analyses.summary.verdict`), the GPUs' busy share, and their idle time by
     cause; ``idle_in_api_pct``: the share of the idle time the host spent inside CUDA calls."""
     window = sum(d.window_ns for d in busy.values())
     if not window:
         return Bound(verdict="no GPU activity", gpu_busy_pct=0.0, idle_in_api_pct=None, idle_ns=idle)
     busy_ns = sum(d.busy_ns for d in busy.values())
     pct = busy_ns * 100.0 / window
-    queue_wait = (
-        launch.queue_median_ns is not None
-        and launch.kernels >= t.min_kernels
-        and launch.queue_median_ns / 1e3 >= t.QUEUE_WAIT
-    )
     return Bound(
-        verdict=verdict(pct, idle, queue_wait, t.gpu_bound_pct),
+        verdict=verdict(pct, gaps, t.gpu_bound_pct),
         gpu_busy_pct=round(pct, 1),
         idle_in_api_pct=idle.pct(idle.host_sync + idle.host_launch) if idle.total > 0 else None,
         idle_ns=idle,

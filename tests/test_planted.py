@@ -1,0 +1,76 @@
+"""The diagnosis on real profiles of programs with one known problem each, and on healthy ones.
+
+``fixtures/planted/manifest.json`` lists each profile with what was planted in it (made on the GPU
+machine by ``tests/tools/planted/``; see ``fixtures/planted/README.md``), and the corpus' own
+programs whose problem is known. For each: the planted problem is the finding that would win the
+most and is reported at medium or high; a healthy run gets no finding of medium or high severity;
+findings come in the order of their savings; and the step time and the GPUs' busy share agree
+with an independent reading of the raw file (:mod:`tests.step_truth`): within 10% and 5 points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceconv.analyses.common import load
+from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.summary import as_dict, summarize
+
+from .conftest import FIXTURES, fixture
+from .step_truth import json_steps, sqlite_steps
+
+MANIFEST = json.loads((FIXTURES / "planted" / "manifest.json").read_text())
+CASES = [
+    pytest.param(c, id=Path(c["file"]).name.split(".")[0] + ("-nsys" if ".sqlite" in c["file"] else ""))
+    for c in MANIFEST["profiles"]
+]
+SEVERE = ("high", "medium")
+
+
+def _summary(path: Path) -> dict[str, Any]:
+    return as_dict(summarize(load(path, columns=INPUT_COLUMNS)), 0)
+
+
+@pytest.fixture(scope="module")
+def summaries() -> dict[str, dict[str, Any]]:
+    return {}
+
+
+def _of(case: dict[str, Any], cache: dict[str, dict[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    path = fixture(case["file"], packed=case.get("xz", False))
+    if case["file"] not in cache:
+        cache[case["file"]] = _summary(path)
+    return path, cache[case["file"]]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_planted_problem_is_the_top_finding_and_healthy_runs_are_quiet(
+    case: dict[str, Any], summaries: dict[str, dict[str, Any]]
+) -> None:
+    _, d = _of(case, summaries)
+    severe = [f for f in d["findings"] if f["severity"] in SEVERE]
+    if not case["problem"]:
+        assert not severe, [(f["code"], f["severity"], f["saving_pct"]) for f in severe]
+        return
+    assert severe, f"nothing of medium or high severity for {case['problem']}"
+    assert severe[0]["code"] in case["codes"], (case["problem"], [(f["code"], f["saving_pct"]) for f in severe])
+    savings = [f["saving_ns"] for f in d["findings"] if f["saving_ns"] is not None]
+    assert savings == sorted(savings, reverse=True)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.values[0].get("steps", True)])
+def test_steps_are_measured_as_the_gpu_ran_them(case: dict[str, Any], summaries: dict[str, dict[str, Any]]) -> None:
+    path, d = _of(case, summaries)
+    truth = sqlite_steps(path) if path.suffix == ".sqlite" else json_steps(path)
+    steps = d["steps"]
+    assert steps is not None and truth["step_ns"]
+    assert steps["median_ns"] == pytest.approx(truth["step_ns"], rel=0.10)
+    busy = d["bound"]["gpu_busy_pct"]
+    assert busy == pytest.approx(truth["busy_pct"], abs=5.0)
+    assert (steps["host_ahead_ns"] > 0) == (truth["host_ahead_ns"] > 0) or abs(truth["host_ahead_ns"]) < 0.01 * truth[
+        "step_ns"
+    ]
