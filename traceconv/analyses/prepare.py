@@ -33,7 +33,8 @@ _GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)Graph(Launch|Replay)")
 # What the analyses read of the unified schema: load(path, columns=INPUT_COLUMNS).
 INPUT_COLUMNS = (
     *("source", "trace_id", "rank", "event_id", "kind", "name", "short_name", "start_ns", "end_ns", "dur_ns"),
-    *("pid", "tid", "device", "correlation_id", "launch_event_id", "launch_name", "launch_start_ns", "launch_end_ns"),
+    *("pid", "tid", "device", "stream", "correlation_id", "launch_event_id", "launch_name", "launch_start_ns"),
+    "launch_end_ns",
     *("queue_ns", "op_event_id", "op_name", "occupancy_pct", "bytes", "copy_kind", "src_kind", "dst_kind"),
     *("sync_type", "total_allocated_bytes", "total_reserved_bytes", "args"),
     *("est_occupancy_pct", "theoretical_occupancy_pct", "occupancy_limiter", "value", "unit"),

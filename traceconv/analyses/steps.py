@@ -88,6 +88,8 @@ class Steps:
     launched: I.Bools
     warmup_ns: int | None = None  # the length of the first step when it was left out as warm-up
     outliers: list[tuple[str, int]] = field(default_factory=list)  # (step name, length) far from the median
+    trace_id: str | None = None  # the trace and process of the steps' thread
+    pid: int | None = None
 
     @property
     def count(self) -> int:
@@ -178,19 +180,26 @@ def host_steps(ranges: pd.DataFrame) -> HostSteps | None:
     )
 
 
+def windows(host_start: I.I64, host_end: I.I64, gpu: Launched) -> tuple[I.I64, I.I64]:
+    """Each step's window as the program lived it (the module's docstring), from its host range and
+    the GPU work it launched."""
+    end = np.where(gpu.launched, np.maximum(host_end, gpu.gpu_end_ns), host_end)
+    end = np.maximum.accumulate(end)  # a step ends no earlier than the one before it
+    start = np.empty_like(end)
+    start[1:] = end[:-1]
+    start[0] = host_start[0]
+    if gpu.launched[0] and gpu.before_end_ns is not None:
+        # the GPU was still busy with earlier work: the step began when that ended, or when its own began
+        start[0] = max(int(host_start[0]), min(gpu.before_end_ns, int(gpu.gpu_start_ns[0])))
+    start[0] = min(start[0], end[0])
+    return start, end
+
+
 def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
     """Each step as the program lived it (the module's docstring), warm-up left out, outliers named."""
     gpu = gpu if gpu is not None else Launched.none(host.count)
     cpu_start, cpu_end = host.start_ns, host.end_ns
-    end = np.where(gpu.launched, np.maximum(cpu_end, gpu.gpu_end_ns), cpu_end)
-    end = np.maximum.accumulate(end)  # a step ends no earlier than the one before it
-    start = np.empty_like(end)
-    start[1:] = end[:-1]
-    start[0] = cpu_start[0]
-    if gpu.launched[0] and gpu.before_end_ns is not None:
-        # the GPU was still busy with earlier work: the step began when that ended, or when its own began
-        start[0] = max(int(cpu_start[0]), min(gpu.before_end_ns, int(gpu.gpu_start_ns[0])))
-    start[0] = min(start[0], end[0])
+    start, end = windows(cpu_start, cpu_end, gpu)
     dur = end - start
     median = float(np.median(dur))
     keep = np.ones(len(dur), np.bool_)
@@ -210,6 +219,8 @@ def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
         launched=gpu.launched[keep],
         warmup_ns=warmup,
         outliers=[(str(n), int(d)) for n, d in zip(names[far], dur[far], strict=True)],
+        trace_id=host.trace_id,
+        pid=host.pid,
     )
 
 

@@ -41,6 +41,6 @@ def _terminated(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-from traceconv.cli import analyse, convert, ops, perfetto, query, ranks, report  # noqa: E402, F401
+from traceconv.cli import analyse, convert, ops, perfetto, query, ranks, report, whatif  # noqa: E402, F401
 
 __all__ = ["entry", "main"]

@@ -1,0 +1,93 @@
+"""``whatif``: the dependency graph replayed with a change, checked against real runs without the problem.
+
+A pair is a real run with a problem and the same program without it (``fixtures/planted/manifest.json``
+``pairs``, and the corpus' own: ``train_buggy`` -> ``train_fixed``, ``buggy.sqlite`` -> ``fixed.sqlite``).
+The prediction with the named change must land within max(3% of the run without the problem, 25% of
+the real change) of that run's step time, and doing nothing must miss it. The replay without a
+change reproduces every trace's own step time; the critical path's parts sum to the step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from traceconv.analyses.common import load
+from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.whatif import whatif
+from traceconv.cli import main
+
+from .conftest import FIXTURES, fixture
+
+MANIFEST = json.loads((FIXTURES / "planted" / "manifest.json").read_text())
+PAIRS = [
+    pytest.param(p, id=Path(p["before"]).name.split(".")[0] + ("-nsys" if ".sqlite" in p["before"] else ""))
+    for p in MANIFEST["pairs"]
+]
+
+
+def _path(rel: str, xz: bool = False) -> Path:
+    return fixture(rel, packed=xz)
+
+
+def _run(path: Path, removes: list[str], scales: list[str] | None = None) -> Any:
+    return whatif(load(path, columns=INPUT_COLUMNS), removes, scales or [])
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_prediction_lands_on_the_run_without_the_problem(pair: dict[str, Any]) -> None:
+    before = _path(pair["before"], pair.get("xz", False))
+    after = _run(_path(pair["after"], pair.get("xz", False)), [], ["host=1"])  # measured, through the same steps
+    r = _run(before, pair.get("remove", []), pair.get("scale", []))
+    real = after.step_ns
+    change = r.step_ns - real
+    tolerance = max(0.03 * real, 0.25 * abs(change))
+    assert abs(r.predicted_step_ns - real) <= tolerance, (r.predicted_step_ns, real, r.step_ns)
+    assert abs(r.step_ns - real) > tolerance  # doing nothing would miss it
+
+
+@pytest.mark.parametrize(
+    "rel", ["pytorch/h200/train_buggy.pt.trace.json.gz", "nsys/h200/buggy.sqlite", "nsys/h200/fixed.sqlite"]
+)
+def test_unchanged_the_replay_is_the_trace_and_the_path_sums_to_the_step(rel: str) -> None:
+    r = _run(fixture(rel), [], ["host=1", "launch=1", "kernel:.=1"])
+    assert r.predicted_step_ns == r.step_ns and not r.notes
+    for path in (r.critical_path, r.predicted_critical_path):
+        assert sum(path.parts.values()) == path.step_ns
+        assert min(path.parts.values()) >= 0
+    assert r.critical_path.parts["gpu_compute"] > 0
+
+
+def test_a_step_follows_whichever_of_host_and_gpu_is_slower() -> None:
+    """fixed.sqlite: the host's step (15.0 ms of its own work, launching) is a little longer than the
+    GPU's (12.6 ms busy): halving the kernels wins nothing, halving the host's time wins until the GPU
+    is the limit."""
+    path = fixture("nsys/h200/fixed.sqlite")
+    gpu = _run(path, [], ["kernel:.=0.5"])
+    assert gpu.predicted_step_ns == pytest.approx(gpu.step_ns, rel=0.02)
+    host = _run(path, [], ["host=0.5", "launch=0.5"])
+    busy = sum(v for k, v in host.critical_path.parts.items() if k.startswith("gpu_"))
+    assert busy * 0.95 <= host.predicted_step_ns < 0.95 * host.step_ns
+    assert host.predicted_critical_path.parts["gpu_compute"] > 0.8 * host.predicted_step_ns  # now the GPU's
+
+
+def test_the_cli_says_what_it_predicts_and_refuses_what_it_cannot() -> None:
+    path = str(fixture("nsys/h200/buggy.sqlite"))
+    out = CliRunner().invoke(main, ["whatif", path, "--remove", "copies", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert {"step_ns", "predicted_step_ns", "critical_path", "predicted_critical_path", "changed"} <= set(d)
+    assert d["changed"][0]["what"] == "remove copies" and d["changed"][0]["gpu_ns"] > 0
+    table = CliRunner().invoke(main, ["whatif", path, "--remove", "copies"], env={"COLUMNS": "100"})
+    assert table.exit_code == 0 and max(map(len, table.output.splitlines())) <= 100
+    assert "predicted" in table.output
+    bad = CliRunner().invoke(main, ["whatif", path, "--remove", "nonsense"])
+    assert bad.exit_code == 2 and "is not a change traceconv knows" in bad.output
+    none = CliRunner().invoke(main, ["whatif", path])
+    assert none.exit_code == 2 and "name a change" in none.output
+    steps = CliRunner().invoke(main, ["whatif", str(fixture("pytorch/h200/seed_linear.json")), "--remove", "syncs"])
+    assert steps.exit_code == 2 and "marks no steps" in steps.output

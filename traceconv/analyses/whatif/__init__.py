@@ -1,0 +1,190 @@
+"""``traceconv whatif``: what a step would take if a cost went away, and the critical path of each step.
+
+:func:`whatif` builds the dependency graph of the steps' process (:mod:`.graph`: the host's CUDA
+calls in order, the GPU work each launched, in order per stream, and the calls that wait for the
+GPU), replays it unchanged and with the changes asked for (:mod:`.replay`, :mod:`.changes`), and
+measures the steps of both as :mod:`traceconv.analyses.steps` defines them (each from the previous
+step's completion to its own). Unchanged, the replay reproduces the trace's own times, so the
+prediction is the trace's step time moved by what the change does in the graph. :mod:`.path`
+breaks each step's time into the parts of its critical path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from traceconv.analyses import intervals as I
+from traceconv.analyses.prepare import Facts, as_source, prepare
+from traceconv.analyses.results import plain
+from traceconv.analyses.source import Source
+from traceconv.analyses.steps import STEP_PATTERN, Launched, windows
+from traceconv.analyses.summary.attribution import syncs as Y
+from traceconv.analyses.whatif import changes as CH
+from traceconv.analyses.whatif import path as P
+from traceconv.analyses.whatif.graph import Graph, build
+from traceconv.analyses.whatif.replay import Change, Timeline, replay
+from traceconv.analyses.whatif.replay import prepare as prepare_replay
+from traceconv.errors import UsageError
+
+TOP_ITEMS = 5
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The breakdown of the median step (ns, summing to it) and the GPU work that took most of the steps."""
+
+    step_ns: int
+    parts: dict[str, int]
+    longest: list[dict[str, Any]] = field(default_factory=list)  # name, per-step ns
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    source: str
+    steps: int
+    step_ns: int  # the median step, as the program lived it
+    predicted_step_ns: int
+    saving_ns: int
+    saving_pct: float
+    critical_path: CriticalPath
+    predicted_critical_path: CriticalPath
+    changed: list[CH.Matched]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Model:
+    """An input ready to be replayed: its facts, graph and what the replay needs."""
+
+    facts: Facts
+    graph: Graph
+    prepared: Any
+    base: Timeline
+
+
+def model(source: Source, step_pattern: str = STEP_PATTERN) -> Model:
+    facts = prepare(source, step_pattern)
+    if facts.steps is None:
+        raise UsageError(
+            None, "the input marks no steps: a what-if predicts a step", "mark steps, or name them with --steps REGEX"
+        )
+    Y.prepare_calls(source)
+    Y.classify(source)
+    g = build(source, facts.steps)
+    if not len(g.gpu.start):
+        raise UsageError(None, "the steps' process launched no GPU work", "profile with CUDA activities on")
+    p = prepare_replay(g)
+    return Model(facts, g, p, replay(g, p, Change.none(g)))
+
+
+def whatif(data: pa.Table | Source, removes: list[str], scales: list[str], step_pattern: str = STEP_PATTERN) -> WhatIf:
+    """The steps before and as predicted after the changes (``--remove``, ``--scale`` specs)."""
+    source = as_source(data)
+    m = model(source, step_pattern)
+    change, matched = CH.parse(m.graph, removes, scales)
+    after = replay(m.graph, m.prepared, change)
+    before_w = step_windows(m, m.base)
+    after_w = step_windows(m, after)
+    measured = m.facts.steps.median_ns if m.facts.steps is not None else 0
+    replayed = _median(before_w)
+    predicted = measured + _median(after_w) - replayed  # the replay's own error cancels
+    notes = [n for c in matched for n in c.notes]
+    if replayed != measured:
+        notes.append(f"the unchanged replay gives {replayed:,} ns a step against {measured:,} measured")
+    return WhatIf(
+        source=m.facts.source,
+        steps=len(before_w[0]),
+        step_ns=measured,
+        predicted_step_ns=predicted,
+        saving_ns=measured - predicted,
+        saving_pct=round((measured - predicted) * 100.0 / measured, 1) if measured else 0.0,
+        critical_path=critical_path(m, m.base, before_w),
+        predicted_critical_path=critical_path(m, after, after_w),
+        changed=matched,
+        notes=notes,
+    )
+
+
+def predict(m: Model, change: Change) -> int:
+    """The median step with ``change`` (for the findings' savings)."""
+    measured = m.facts.steps.median_ns if m.facts.steps is not None else 0
+    return measured + _median(step_windows(m, replay(m.graph, m.prepared, change))) - _median(step_windows(m, m.base))
+
+
+def step_windows(m: Model, t: Timeline) -> tuple[I.I64, I.I64]:
+    """The steps' windows in a replayed timeline: their host ranges moved with the host, their GPU
+    work where the replay put it."""
+    st, c, r = m.facts.steps, m.graph.calls, m.graph.gpu
+    assert st is not None
+    shift = t.call_start - c.start
+
+    def moved(times: I.I64) -> I.I64:
+        at = np.searchsorted(c.start, times, side="right") - 1
+        return times + np.where(at >= 0, shift[np.maximum(at, 0)], 0)
+
+    host_start, host_end = moved(st.cpu_start_ns), moved(st.cpu_end_ns)
+    anchor = np.where(r.call >= 0, c.start[np.maximum(r.call, 0)], r.start)
+    k = np.searchsorted(st.cpu_start_ns, anchor, side="right") - 1
+    inside = (k >= 0) & (anchor < st.cpu_end_ns[np.maximum(k, 0)])
+    first = np.full(st.count, np.iinfo(np.int64).max, np.int64)
+    last = np.full(st.count, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first, k[inside], t.gpu_start[inside])
+    np.maximum.at(last, k[inside], t.gpu_end[inside])
+    launched = np.zeros(st.count, np.bool_)
+    launched[k[inside]] = True
+    earlier = anchor < st.cpu_start_ns[0]
+    before = int(t.gpu_end[earlier].max()) if earlier.any() else None
+    return windows(host_start, host_end, Launched(first, last, launched, before))
+
+
+def critical_path(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> CriticalPath:
+    g = m.graph
+    starts, ends = w
+    waits = m.prepared.waits
+    spans = P.Spans(
+        gpu=(t.gpu_start, t.gpu_end, g.gpu.klass),
+        queued=I.union(*_queued(g, t)),
+        waits=I.union(t.call_start[waits], t.call_end[waits]),
+        calls=I.union(t.call_start, t.call_end),
+        ops=g.ranges,
+    )
+    parts = P.per_step(spans, starts, ends)
+    dur = ends - starts
+    mid = int(np.argsort(dur, kind="stable")[len(dur) // 2])
+    return CriticalPath(int(dur[mid]), dict(zip(P.PARTS, (int(v) for v in parts[mid]), strict=True)), _longest(g, t, w))
+
+
+def _queued(g: Graph, t: Timeline) -> tuple[I.I64, I.I64]:
+    """Each launched row from its launching call's end to its start (where it waited to start)."""
+    r = g.gpu
+    launched = r.call >= 0
+    s = t.call_end[r.call[launched]]
+    e = t.gpu_start[launched]
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def _longest(g: Graph, t: Timeline, w: tuple[I.I64, I.I64]) -> list[dict[str, Any]]:
+    """The GPU work that took most of the steps' time, per step."""
+    starts, ends = w
+    inside = (t.gpu_start >= starts[0]) & (t.gpu_end <= ends[-1])
+    names = g.gpu.name[inside]
+    dur = (t.gpu_end - t.gpu_start)[inside]
+    totals: dict[str, int] = {}
+    for n, d in zip(names, dur, strict=True):
+        totals[str(n)] = totals.get(str(n), 0) + int(d)
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_ITEMS]
+    return [{"name": n, "ns_per_step": round(v / max(len(starts), 1))} for n, v in top]
+
+
+def _median(w: tuple[I.I64, I.I64]) -> int:
+    return round(float(np.median(w[1] - w[0])))
+
+
+def as_dict(r: WhatIf) -> dict[str, Any]:
+    out: dict[str, Any] = plain(r)
+    return out

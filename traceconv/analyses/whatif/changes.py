@@ -1,0 +1,186 @@
+"""What a user asks to change (``--remove WHAT``, ``--scale WHAT=FACTOR``), as a :class:`Change` of the graph.
+
+``--remove syncs``: the host-blocking syncs (result waits and staging) no longer wait.
+``--remove copies[:HtoD|DtoH|DtoD]``: those copies take no GPU time, the calls that waited for
+them (staging, synchronous copies, the stream sync right after a staged copy) no longer wait, and
+the host work that made what an HtoD copy carries (the host's time right before its call: the
+tensor built on the CPU, the numpy step of a round trip) goes with it, as when the data is made
+on the GPU instead. ``--remove op:REGEX``: the matching operators'
+host time and the GPU work they launched. ``--remove host:outside-ops``: the host's time outside
+every operator and annotation (steps aside): a data pipeline, Python between steps.
+``--scale kernel:REGEX=F``: the matching kernels' durations times F; ``--scale op:REGEX=F``: the
+matching operators' host time and GPU work; ``--scale host=F``: the host's time between calls;
+``--scale launch=F``: the launch calls' own time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traceconv.analyses import intervals as I
+from traceconv.analyses.whatif.graph import Graph
+from traceconv.analyses.whatif.replay import Change
+from traceconv.errors import UsageError
+
+COPY_DIRECTIONS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+EXAMPLES = "e.g. --remove syncs, --remove copies:HtoD, --remove op:aten::nonzero, --scale kernel:gemm=0.5"
+
+
+@dataclass
+class Matched:
+    """What a change matched in the steps, per step: calls, GPU rows, and the host and GPU time they took."""
+
+    what: str
+    calls: float = 0.0
+    gpu_rows: float = 0.0
+    host_ns: int = 0
+    gpu_ns: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def parse(g: Graph, removes: list[str], scales: list[str]) -> tuple[Change, list[Matched]]:
+    """The changes asked for, applied together, and what each matched."""
+    c = Change.none(g)
+    gaps = _host_gaps(g)
+    out = []
+    for spec in removes:
+        one = Change.none(g)
+        out.append(_per_step(g, _remove(g, spec, gaps, one.host, one.gpu, one.no_wait), one))
+        c = _both(c, one)
+    for spec in scales:
+        one = Change.none(g)
+        out.append(_per_step(g, _scale(g, spec, gaps, one.host, one.call, one.gpu), one))
+        c = _both(c, one)
+    return c, out
+
+
+def _both(a: Change, b: Change) -> Change:
+    return Change(a.host + b.host, a.call + b.call, a.gpu * b.gpu, a.no_wait | b.no_wait)
+
+
+def _per_step(g: Graph, m: Matched, one: Change) -> Matched:
+    """What the change did inside the steps (calls that start in a step's host range, GPU rows they
+    launched), per step."""
+    st, c, r = g.steps, g.calls, g.gpu
+    k = np.searchsorted(st.cpu_start_ns, c.start, side="right") - 1
+    inside = (k >= 0) & (c.start < st.cpu_end_ns[np.maximum(k, 0)])
+    rows = (r.call >= 0) & inside[np.maximum(r.call, 0)]
+    n = max(st.count, 1)
+    changed_rows = rows & (one.gpu != 1.0)
+    m.calls = round(float((inside & (one.no_wait | (one.host != 0) | (one.call != 0))).sum()) / n, 1)
+    m.gpu_rows = round(float(changed_rows.sum()) / n, 1)
+    m.host_ns = round(-float(one.host[inside].sum() + one.call[inside].sum()) / n)
+    m.gpu_ns = round(float(((r.end - r.start) * (1.0 - one.gpu))[rows].sum()) / n)
+    return m
+
+
+@dataclass(frozen=True)
+class _Gaps:
+    """The host's time before each call: from the end of the calls before it to its start."""
+
+    start: I.I64
+    end: I.I64
+
+    def covered(self, segments: tuple[I.I64, I.I64]) -> I.I64:
+        """How much of each gap the segments (sorted, disjoint) cover."""
+        return I.covered_below(*segments, self.end) - I.covered_below(*segments, self.start)
+
+
+def _host_gaps(g: Graph) -> _Gaps:
+    c = g.calls
+    reach = np.maximum.accumulate(c.end)
+    before = np.concatenate(([c.start[0] if len(c.start) else 0], reach[:-1]))
+    return _Gaps(np.minimum(before, c.start), c.start)
+
+
+def _remove(g: Graph, spec: str, gaps: _Gaps, host: I.I64, gpu: np.ndarray, no_wait: I.Bools) -> Matched:
+    what, _, arg = spec.partition(":")
+    m = Matched(f"remove {spec}")
+    c, r = g.calls, g.gpu
+    if what == "syncs" and not arg:
+        hit = c.sync
+        no_wait |= hit
+    elif what == "copies":
+        if arg and arg not in COPY_DIRECTIONS:
+            raise UsageError(
+                None, f"--remove copies:{arg}: not a copy direction", f"choose from {', '.join(COPY_DIRECTIONS)}"
+            )
+        rows = (r.kind == "memcpy") & ((r.copy_kind == arg) if arg else True)
+        gpu[rows] = 0.0
+        issuing = np.zeros(len(c.start), np.bool_)
+        issuing[r.call[rows & (r.call >= 0)]] = True
+        # the calls that waited for them (their own staging, the stream sync right after), no longer wait
+        staged = issuing | (c.staging & np.r_[False, issuing[:-1]])
+        no_wait |= staged
+        # the host work that made what an HtoD copy carries: the host's time since the last call before
+        # it that launched GPU work or waited (bookkeeping calls, cudaStreamIsCapturing ..., aside)
+        uploads = np.zeros(len(c.start), np.bool_)
+        uploads[r.call[rows & (r.call >= 0) & (r.copy_kind == "HtoD")]] = True
+        busy = np.zeros(len(c.start), np.bool_)
+        busy[r.call[r.call >= 0]] = True
+        busy |= c.sync
+        last = np.maximum.accumulate(np.where(busy, np.arange(len(c.start)), -1))
+        before = np.r_[-1, last[:-1]]  # the last such call before each call
+        at = np.flatnonzero(uploads & (before >= 0))
+        marks = np.zeros(len(c.start) + 1, np.int64)  # the gaps from each one's call after `before` to it
+        np.add.at(marks, before[at] + 1, 1)
+        np.add.at(marks, at + 1, -1)
+        made = np.where(np.cumsum(marks)[:-1] > 0, gaps.end - gaps.start, 0)
+        host -= made
+
+    elif what == "op" and arg:
+        _ops(g, arg, 0.0, gaps, host, gpu, m)
+    elif what == "host" and arg == "outside-ops":
+        host -= (gaps.end - gaps.start) - gaps.covered(g.ranges)
+    else:
+        raise UsageError(None, f"--remove {spec!r} is not a change traceconv knows", EXAMPLES)
+    return m
+
+
+def _scale(g: Graph, spec: str, gaps: _Gaps, host: I.I64, call: I.I64, gpu: np.ndarray) -> Matched:
+    target, sep, factor_text = spec.rpartition("=")
+    try:
+        factor = float(factor_text)
+    except ValueError:
+        factor = -1.0
+    if not sep or factor < 0:
+        raise UsageError(None, f"--scale {spec!r} is not WHAT=FACTOR (a factor >= 0)", EXAMPLES)
+    what, _, arg = target.partition(":")
+    m = Matched(f"scale {spec}")
+    c, r = g.calls, g.gpu
+    if what == "kernel" and arg:
+        rows = (r.kind == "kernel") & _matches(r.name, arg)
+        gpu[rows] *= factor
+    elif what == "op" and arg:
+        _ops(g, arg, factor, gaps, host, gpu, m)
+    elif what == "host" and not arg:
+        host += np.rint((gaps.end - gaps.start) * (factor - 1.0)).astype(np.int64)
+    elif what == "launch" and not arg:
+        launches = ~c.sync & np.isin(np.arange(len(c.start)), r.call[r.call >= 0])
+        own = c.end - c.start
+        call[launches] += np.rint(own[launches] * (factor - 1.0)).astype(np.int64)
+    else:
+        raise UsageError(None, f"--scale {spec!r} is not a change traceconv knows", EXAMPLES)
+    return m
+
+
+def _ops(g: Graph, pattern: str, factor: float, gaps: _Gaps, host: I.I64, gpu: np.ndarray, m: Matched) -> None:
+    """The matching operators' host time (the host gaps they cover) and GPU work, times ``factor``."""
+    rows = _matches(g.gpu.op, pattern)
+    gpu[rows] *= factor
+    spans = g.op_ranges(pattern)
+    covered = gaps.covered(spans)
+    host += np.rint(covered * (factor - 1.0)).astype(np.int64)
+    if not rows.any() and not covered.any():
+        m.notes.append(f"no operator matches {pattern!r}")
+
+
+def _matches(names: np.ndarray, pattern: str) -> I.Bools:
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(None, f"{pattern!r} is not a regular expression ({exc})", EXAMPLES) from exc
+    return np.array([bool(regex.search(str(n))) if n is not None else False for n in names], dtype=bool)

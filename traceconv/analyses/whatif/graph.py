@@ -1,0 +1,151 @@
+"""The dependency graph of a process's steps, as arrays: its CUDA calls in order, the GPU work each
+launched, the calls that waited for the GPU, and where the host's time went between calls.
+
+The host is one timeline (a PyTorch process's threads take turns: the main thread waits while
+autograd's thread runs the backward pass), its CUDA calls in the order they started. A GPU row
+belongs to the call that launched it and to its stream (device and stream), in the order it ran.
+A call *waits* when it blocks the host until GPU work has finished: a synchronisation, a
+synchronous copy, a pageable copy being staged (the call returns only after its own copy ended).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from traceconv.analyses import intervals as I
+from traceconv.analyses.prepare import GPU_WORK
+from traceconv.analyses.source import Source, literal
+from traceconv.analyses.steps import Steps
+
+GPU_CLASSES = ("compute", "copy", "communication")  # a GPU row's class on the critical path
+COMM = "(lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%')"
+
+
+@dataclass(frozen=True)
+class Calls:
+    """The process's CUDA calls in start order."""
+
+    start: I.I64
+    end: I.I64
+    event_id: I.I64
+    name: np.ndarray  # object: the call's name
+    sync: I.Bools  # a blocking synchronisation (cuda*Synchronize, synchronous cudaMemcpy)
+    staging: I.Bools  # a sync that waits for a pageable HtoD copy to be staged (or the copy call itself)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU rows the process launched (and those with no launch in the trace), in start order."""
+
+    start: I.I64
+    end: I.I64
+    call: I.I64  # index into Calls of the launching call, -1: none in the trace
+    lane: I.I64  # the (device, stream) the row ran on, as a number
+    device: I.I64
+    klass: I.I64  # index into GPU_CLASSES
+    kind: np.ndarray  # object: kernel, memcpy, memset, graph
+    name: np.ndarray  # object
+    copy_kind: np.ndarray  # object: HtoD, DtoH ... for copies
+    op: np.ndarray  # object: the operator (or range) that launched it
+
+
+@dataclass(frozen=True)
+class Graph:
+    calls: Calls
+    gpu: Gpu
+    op_start: I.I64  # the process's CPU operators and annotations (steps aside)
+    op_end: I.I64
+    op_name: np.ndarray  # object
+    ranges: tuple[I.I64, I.I64]  # their union: the host's time inside some operator or annotation
+    steps: Steps
+
+    def op_ranges(self, pattern: str) -> tuple[I.I64, I.I64]:
+        """The union of the operators (and annotations) whose name matches ``pattern`` (a regex)."""
+        regex = re.compile(pattern)
+        hit = np.array([bool(regex.search(str(n))) for n in self.op_name], dtype=bool)
+        return I.union(self.op_start[hit], self.op_end[hit])
+
+
+def build(source: Source, steps: Steps) -> Graph:
+    """The graph of the process whose steps ``steps`` are (its trace and process)."""
+    where = _process(steps)
+    calls = source.arrow(
+        "SELECT a.event_id, a.start_ns, coalesce(a.end_ns, a.start_ns) AS end_ns, a.name, "
+        "s.event_id IS NOT NULL AS sync, coalesce(s.staging, false) AS staging "
+        f"FROM events a LEFT JOIN sync_calls s ON s.event_id = a.event_id AND s.trace_id = coalesce(a.trace_id, '') "
+        f"AND NOT s.activity WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL{where('a')} "
+        "ORDER BY a.start_ns, a.event_id"
+    )
+    ids = _ints(calls["event_id"])
+    gpu = source.arrow(
+        "SELECT g.start_ns, g.end_ns, g.launch_event_id, coalesce(g.device, -1) AS device, "
+        "coalesce(g.stream, g.tid, -1) AS stream, g.kind, g.name, g.copy_kind, g.op_name, "
+        f"CASE WHEN g.kind IN ('memcpy', 'memset') THEN 1 WHEN {COMM} THEN 2 ELSE 0 END AS klass "
+        f"FROM events g WHERE {GPU_WORK.replace('kind', 'g.kind')} AND g.start_ns IS NOT NULL "
+        f"AND g.end_ns IS NOT NULL{where('g', gpu=True)} ORDER BY g.start_ns, g.event_id"
+    )
+    launch = _ints(gpu["launch_event_id"].fill_null(-1))
+    at = np.searchsorted(np.sort(ids), launch)
+    order = np.argsort(ids, kind="stable")
+    found = (at < len(ids)) & (ids[order[np.minimum(at, len(ids) - 1)]] == launch)
+    call = np.where(found, order[np.minimum(at, len(ids) - 1)], -1)
+    device, stream = _ints(gpu["device"]), _ints(gpu["stream"])
+    _, lane = np.unique(np.stack([device, stream], axis=1), axis=0, return_inverse=True)
+    ops = source.arrow(
+        "SELECT r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, r.name FROM events r "
+        "LEFT JOIN labels l ON l.name = r.name WHERE r.kind IN ('cpu_op', 'nvtx') AND r.device IS NULL "
+        f"AND r.start_ns IS NOT NULL AND NOT coalesce(l.is_step, false){where('r', host=True)}"
+    )
+    op_start, op_end = _ints(ops["start_ns"]), _ints(ops["end_ns"])
+    return Graph(
+        calls=Calls(
+            _ints(calls["start_ns"]),
+            _ints(calls["end_ns"]),
+            ids,
+            np.asarray(calls["name"].to_pylist(), dtype=object),
+            calls["sync"].to_numpy(zero_copy_only=False).astype(bool),
+            calls["staging"].to_numpy(zero_copy_only=False).astype(bool),
+        ),
+        gpu=Gpu(
+            _ints(gpu["start_ns"]),
+            _ints(gpu["end_ns"]),
+            call.astype(np.int64),
+            np.asarray(lane, np.int64).reshape(-1),
+            device,
+            _ints(gpu["klass"]),
+            np.asarray(gpu["kind"].to_pylist(), dtype=object),
+            np.asarray(gpu["name"].to_pylist(), dtype=object),
+            np.asarray(gpu["copy_kind"].to_pylist(), dtype=object),
+            np.asarray(gpu["op_name"].to_pylist(), dtype=object),
+        ),
+        op_start=op_start,
+        op_end=np.maximum(op_end, op_start),
+        op_name=np.asarray(ops["name"].to_pylist(), dtype=object),
+        ranges=I.union(op_start, np.maximum(op_end, op_start)),
+        steps=steps,
+    )
+
+
+def _process(steps: Steps) -> Callable[..., str]:
+    """The condition that a row belongs to the steps' trace (and process, where they name one)."""
+
+    def where(alias: str, gpu: bool = False, host: bool = False) -> str:
+        col = f"{alias}." if alias else ""
+        out = ""
+        if steps.trace_id is not None:
+            out += f" AND coalesce({col}trace_id, '') = {literal(steps.trace_id)}"
+        if steps.pid is not None and not gpu:
+            out += f" AND {col}pid = {int(steps.pid)}"
+        elif steps.pid is not None:  # GPU rows: in an Nsight Systems export, pid is the process
+            out += f" AND ({col}source <> 'nsys' OR {col}pid = {int(steps.pid)})"
+        return out
+
+    return where
+
+
+def _ints(col: object) -> I.I64:
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)  # type: ignore[attr-defined]
