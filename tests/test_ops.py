@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -109,6 +110,32 @@ def test_parquet_gives_what_the_trace_gives(tmp_path: Path, args: tuple[str, ...
     traceconv.convert(trace, out)
     ours = run(out, *args, "--format", "json").stdout
     assert json.loads(ours)["rows"] == json.loads(run(trace, *args, "--format", "json").stdout)["rows"]
+
+
+@pytest.fixture(scope="module")
+def row_groups(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real traces converted to Parquet of several row groups (each with dictionaries of its own)."""
+    out = tmp_path_factory.mktemp("row_groups")
+    files = {}
+    for trace in (BUGGY, BUGGY_NVTX):
+        files[trace.name] = traceconv.convert(trace, out / f"{trace.name}.parquet").path
+        assert pq.ParquetFile(files[trace.name]).metadata.num_row_groups > 1
+    return files
+
+
+@pytest.mark.parametrize("trace", [BUGGY, BUGGY_NVTX], ids=["train_buggy", "autograd_nvtx"])
+@pytest.mark.parametrize(
+    "args",
+    [(), ("--like", "torch"), ("--group-by-shape",), ("--group-by-stack", "3")],
+    ids=["own", "torch", "shape", "stack"],
+)
+def test_parquet_of_several_row_groups_gives_what_the_trace_gives(
+    row_groups: dict[str, Path], trace: Path, args: tuple[str, ...]
+) -> None:
+    """ops joins and groups rows of every row group (it failed with "Unifying differing dictionaries")."""
+    ours = run(row_groups[trace.name], *args, "--format", "json")
+    assert ours.exit_code == 0, ours.output
+    assert json.loads(ours.stdout)["rows"] == json.loads(run(trace, *args, "--format", "json").stdout)["rows"]
 
 
 # -- traceconv's own view and its footer ----------------------------------------------------------

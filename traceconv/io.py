@@ -127,7 +127,8 @@ def read_table(
     """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``.
 
     ``filters`` are pushed down: a partitioned dataset's parts outside them are not opened, and
-    row groups whose statistics exclude them are not read.
+    row groups whose statistics exclude them are not read. Each dictionary column has one
+    dictionary, whatever the row groups and files it was read from (:func:`schema.one_table`).
     """
     path = Path(path)
     files = parquet_files(path)
@@ -148,7 +149,7 @@ def read_table(
     if filters is not None:
         more = filters if isinstance(filters, pc.Expression) else pq.filters_to_expression(filters)
         filt = more if filt is None else filt & more
-    return source.to_table(columns=list(columns) if columns is not None else None, filter=filt)
+    return S.one_table([source.to_table(columns=list(columns) if columns is not None else None, filter=filt)])
 
 
 def _check_names(columns: Sequence[str] | None, kinds: Sequence[str] | None) -> None:

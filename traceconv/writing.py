@@ -357,7 +357,7 @@ def read(path: Path, fmt: str | None = None, **options: Any) -> pa.Table:
     """Read one input file into a single unified ``pyarrow.Table`` (metadata on its schema)."""
     reader = open_reader(Path(path), fmt, **options)
     tables = rewound(lambda: list(reader.tables()))
-    table = pa.concat_tables(tables) if tables else S.empty_table()
+    table = S.one_table(tables) if tables else S.empty_table()
     result = WriteResult(path=Path(path))
     for t in tables:
         _tally(result, t)
