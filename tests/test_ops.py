@@ -169,6 +169,23 @@ def test_the_own_view_counts_gpu_time_once() -> None:
     assert "How this differs from torch's key_averages() (traceconv ops --like torch):" in text
 
 
+@pytest.mark.parametrize("trace", [BUGGY, BUGGY_NVTX], ids=["train_buggy", "autograd_nvtx"])
+def test_the_own_view_gives_self_cuda_shares_and_the_json_s_total(trace: Path) -> None:
+    """The own view has no GPU rows: its Self CUDA % and total are of its operators' self GPU time,
+    the JSON's self_gpu_total_ns (the table said NaN on every row and 0.000us)."""
+    from traceconv.render.ops import _time
+
+    total = json.loads(run(trace, "--format", "json").stdout)["self_gpu_total_ns"]
+    assert total > 0
+    for fmt in ("table", "markdown"):
+        text = run(trace, "--top", "0", "--format", fmt).stdout
+        assert f"Self CUDA time total: {_time(total)}" in text and "NaN" not in text
+    lines = [line.split(" | ") for line in run(trace, "--top", "0", "--format", "markdown").stdout.splitlines()]
+    at = lines[2].index("Self CUDA %")
+    shares = [float(cells[at].rstrip("%")) for cells in lines[4:] if len(cells) == len(lines[2])]
+    assert sum(shares) == pytest.approx(100, abs=0.5)
+
+
 # -- Nsight Systems: the operators of --pytorch=autograd-shapes-nvtx ------------------------------
 def per_step(ev: Events, step: str, skip: int) -> tuple[int, Counter[str], Counter[str]]:
     """Operators inside the steps (the first ``skip`` left out): calls and GPU time."""

@@ -231,12 +231,17 @@ def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> _La
     return _Layout(headers, widths, left, device, device_mem, shapes, source, src_width, flops)
 
 
-def _totals(every: Sequence[Row]) -> tuple[float, float]:
-    """torch's "Self CPU time total" and "Self CUDA time total", summed in the table's order (µs)."""
+def _totals(result: OpsTable, every: Sequence[Row]) -> tuple[float, float]:
+    """torch's "Self CPU time total" and "Self CUDA time total", summed in the table's order (µs).
+
+    torch's GPU total is that of its GPU rows (kernels, copies); traceconv's view has no GPU rows,
+    and its operators' self GPU time (the work each launched itself) adds up to the same total.
+    """
+    own = result.view == "traceconv"
     cpu = gpu = 0.0
     for r in every:
         cpu += r.times()[0]
-        if r.stats.device == "cuda" and r.stats.kind != "annotation":
+        if own or (r.stats.device == "cuda" and r.stats.kind != "annotation"):
             gpu += r.times()[2]
     return cpu, gpu
 
@@ -246,7 +251,7 @@ def torch_table(result: OpsTable, rows: Sequence[Row], every: Sequence[Row]) -> 
     if not rows:
         return ""
     lay = _layout(result, rows, every)
-    cpu_total, gpu_total = _totals(every)
+    cpu_total, gpu_total = _totals(result, every)
     out = [lay.rule, lay.line(lay.headers), lay.rule]
     for r in rows:
         out += _lines(lay, r, cpu_total, gpu_total)
@@ -345,7 +350,7 @@ def _markdown(result: OpsTable, name: str, key: str, rows: list[Row], every: lis
     lines = [f"# {name}: operators, {view}, by {key}", ""]
     if rows:
         lay = _layout(result, rows, every)
-        cpu_total, gpu_total = _totals(every)
+        cpu_total, gpu_total = _totals(result, every)
         headers = lay.headers
         lines.append("| " + " | ".join(headers) + " |")
         lines.append("|" + "|".join("---" if i == 0 or lay.left[i] else "---:" for i in range(len(headers))) + "|")
