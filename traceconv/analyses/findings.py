@@ -29,7 +29,7 @@ from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.names import kernel_label, shorten
-from traceconv.units import mb, ms, us
+from traceconv.units import count, mb, ms, us
 
 CODES = (
     "HOST_DEVICE_COPIES",
@@ -167,7 +167,7 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
     causes = _causes(sync.ops[:4], program, sync.calls[:3])
     head = (
-        f"{value:.1f} host syncs per step wait for a GPU result ({calls}, "
+        f"{count(value)} host syncs per step wait for a GPU result ({calls}, "
         f"{us(sync.dur_ns / scope.steps)} blocked per step)"
         if per_step
         else f"{sync.stalls} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
@@ -187,7 +187,7 @@ def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Findi
     each = " per step" if scope.name == "steps" else ""
     causes = "; ".join(f"{o.label} x{o.count}" for o in staged.ops[:4])
     msg = (
-        f"{value:.1f} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host, "
+        f"{count(value)} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host, "
         f"staged through a pinned buffer: {us(blocked / n)}{each} ({us(staged.copy_call_ns / n)} in the "
         f"copy calls, {us(staged.dur_ns / n)} in the syncs after them, which drain the GPU queue); from "
         f"{causes}. Fix: {fix('PAGEABLE_COPIES', program)}"

@@ -118,7 +118,26 @@ def table_width() -> int:
     return min(shutil.get_terminal_size((100, 24)).columns, 160)
 
 
-@main.command()
+CODES_MARK = "FINDING_CODES"
+
+
+class _WithFindingCodes(click.Command):
+    """A command whose help lists every finding code where it says FINDING_CODES, from the one list
+    that defines them (``findings.CODES``), read only when the help is shown: the findings module
+    imports the analyses, which the command line loads when a command runs."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from traceconv.analyses.findings import CODES
+
+        written = self.help
+        self.help = (written or "").replace(CODES_MARK, ", ".join(CODES))
+        try:
+            super().format_help_text(ctx, formatter)
+        finally:
+            self.help = written
+
+
+@main.command(cls=_WithFindingCodes)
 @click.argument("trace", type=click.Path(path_type=Path))
 @_analysis_options
 @click.option(
@@ -134,9 +153,8 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     """Where the time goes and what is wasteful: operators, kernels, copies, syncs, findings.
 
     TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
-    file. Findings (HOST_DEVICE_COPIES, SYNC_STALLS, PAGEABLE_COPIES, GPU_IDLE, QUEUE_WAIT,
-    LOW_OCCUPANCY, TINY_KERNELS) are measured on the steps when the trace marks them (ProfilerStep#N,
-    NVTX step_N), else on the whole window. JSON gives nanoseconds and bytes.
+    file. Findings (FINDING_CODES) are measured on the steps when the trace marks them
+    (ProfilerStep#N, NVTX step_N), else on the whole window. JSON gives nanoseconds and bytes.
 
     Example:
 

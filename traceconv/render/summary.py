@@ -21,7 +21,7 @@ from traceconv.names import kernel_label
 from traceconv.render.memory import memory_section
 from traceconv.render.ranks import summary_rank_lines
 from traceconv.render.table import Col, Doc, json_document
-from traceconv.units import mb, ms, us
+from traceconv.units import count, ms, size, us
 
 TABLE_WIDTH = 100
 SORTED_BY = {
@@ -160,16 +160,16 @@ def _syncs(doc: Doc, r: SummaryReport) -> None:
     st = r.steps
     if st:
         n = st.count
-        copies = ", ".join(f"{k} {v.count / n:.1f} ({mb(v.bytes / n)})" for k, v in st.memcpy.items())
+        copies = ", ".join(f"{k} {count(v.count / n)} ({size(v.bytes / n)})" for k, v in st.memcpy.items())
         doc.line(
-            f"Per step ({n} steps): syncs {st.sync.count / n:.1f} ({us(st.sync.dur_ns / n)}; "
+            f"Per step ({n} steps): syncs {count(st.sync.count / n)} ({us(st.sync.dur_ns / n)}; "
             f"{_sync_kinds(st.sync, n)}); copies {copies or 'none'}"
         )
 
 
 def _sync_kinds(s: object, n: int) -> str:
     kinds: list[tuple[str, SyncTally]] = [(w, getattr(s, k)) for k, w in SYNC_KINDS.items()]
-    return ", ".join(f"{w} {t.count / n:g}" for w, t in kinds)
+    return ", ".join(f"{w} {count(t.count / n)}" for w, t in kinds)
 
 
 # -- GPU metrics -------------------------------------------------------------------------------
