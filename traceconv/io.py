@@ -14,10 +14,11 @@ from traceconv import dataset
 from traceconv import schema as S
 from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UnsupportedFormatError, UsageError
 from traceconv.readers import sniff
-from traceconv.writing import PARQUET_MAGIC
 
 if TYPE_CHECKING:
     import pandas as pd
+
+PARQUET_MAGIC = b"PAR1"
 
 
 # -- reading traceconv Parquet ----------------------------------------------------------
@@ -69,6 +70,19 @@ def check_version(path: Path) -> dict[bytes, bytes]:
             "convert the original trace again with this traceconv, or read the file with the traceconv that wrote it",
         )
     return meta
+
+
+def up_to_date(source: Path, nominal: Path) -> bool:
+    """A part of ``source`` exists in the dataset of ``nominal`` (``OUT/<trace>.parquet``), was written
+    by this schema version, and is newer than the input."""
+    part = dataset.existing_part(nominal)
+    if part is None:
+        return False
+    try:
+        check_version(part)
+        return part.stat().st_mtime >= Path(source).stat().st_mtime
+    except (TraceconvError, OSError):
+        return False
 
 
 def _files(path: Path) -> list[Path]:
