@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -14,6 +13,7 @@ from traceconv import process
 from traceconv.cli import main
 from traceconv.cli.errors import handle_errors, note
 from traceconv.cli.progress import Bar
+from traceconv.cli.width import prose_width, terminal_width
 
 if TYPE_CHECKING:
     from traceconv.analyses.source import Source
@@ -74,7 +74,7 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
     limit = top if top is not None else (20 if fmt == "table" else 0)
     with opened([trace]) as source:
         result = K.report(source, kinds, None if per_launch else by, limit)
-    text, remark = kernels_text(result, fmt, trace, shutil.get_terminal_size((200, 24)).columns)
+    text, remark = kernels_text(result, fmt, trace, terminal_width(200))
     click.echo(text, nl=False)
     if remark:
         note(remark)
@@ -112,10 +112,6 @@ def _analysis_options(func: F) -> F:
     for option in reversed(_ANALYSIS_OPTIONS):
         func = option(func)
     return func
-
-
-def table_width() -> int:
-    return min(shutil.get_terminal_size((100, 24)).columns, 160)
 
 
 CODES_MARK = "FINDING_CODES"
@@ -170,7 +166,7 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     limits = Thresholds.from_options(thresholds)
     with opened([trace]) as source:
         result = SM.summarize(source, limits, top, step_pattern or STEP_PATTERN, sort)
-    click.echo(summary_text(SM.report(result, top), fmt, trace.name, table_width()), nl=False)
+    click.echo(summary_text(SM.report(result, top), fmt, trace.name, prose_width()), nl=False)
 
 
 @main.command()
@@ -199,7 +195,7 @@ def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, .
     limits = Thresholds.from_options(thresholds)
     with opened([before]) as first, opened([after]) as second:
         result = D.diff(first, second, limits, step_pattern or STEP_PATTERN)
-    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, table_width()), nl=False)
+    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, prose_width()), nl=False)
 
 
 @contextlib.contextmanager

@@ -11,27 +11,28 @@ from typing import Any
 from traceconv.analyses.diff import DiffReport, report_dict
 from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare
 from traceconv.names import kernel_label
+from traceconv.render.columns import Col
 from traceconv.render.ranks import RANK_CHANGE_COLS, rank_change_rows
 from traceconv.render.summary import SHORT_LISTS, TABLE_WIDTH
-from traceconv.render.table import Col, Doc, json_document
+from traceconv.render.table import Doc, json_document
 from traceconv.units import count, ms, signed, us
 
 DELTA_OP_COLS = [
     Col("ΔGPU self ms", "gpu_self_ns", "ms"),
-    Col("ΔCPU self ms", "cpu_self_ns", "ms"),
-    Col("GPU before", "b_gpu", "ms"),
-    Col("after", "a_gpu", "ms"),
-    Col("Calls", "b_calls", "pct"),
-    Col("after", "a_calls", "pct"),
+    Col("ΔCPU self ms", "cpu_self_ns", "ms", drop=3),
+    Col("GPU before", "b_gpu", "ms", drop=2),
+    Col("after", "a_gpu", "ms", drop=2),
+    Col("Calls", "b_calls", "pct", drop=1),
+    Col("after", "a_calls", "pct", drop=1),
     Col("Status", "status"),
     Col("Operator", "name", shrink=True),
 ]
 DELTA_KERNEL_COLS = [
     Col("Δ Exec ms", "dur_ns", "ms"),
-    Col("Exec before", "b_dur", "ms"),
-    Col("after", "a_dur", "ms"),
-    Col("Count before", "b_count", "pct"),
-    Col("after", "a_count", "pct"),
+    Col("Exec before", "b_dur", "ms", drop=2),
+    Col("after", "a_dur", "ms", drop=2),
+    Col("Count before", "b_count", "pct", drop=1),
+    Col("after", "a_count", "pct", drop=1),
     Col("Status", "status"),
     Col("Kernel", "name", shrink=True),
 ]
@@ -41,8 +42,8 @@ DELTA_COPY_COLS = [
     Col("after", "a_count", "pct"),
     Col("MB before", "b_mb", "pct"),
     Col("after", "a_mb", "pct"),
-    Col("ms before", "b_dur", "ms"),
-    Col("after", "a_dur", "ms"),
+    Col("ms before", "b_dur", "ms", drop=1),
+    Col("after", "a_dur", "ms", drop=1),
     Col("Status", "status"),
 ]
 DELTA_SYNC_COLS = [
