@@ -83,6 +83,20 @@ def fixtures() -> Path:
     return FIXTURES
 
 
+# What the tests may add to the checkout's root: the fixtures' cache (build/) and the tools' own.
+ROOT_MADE = frozenset({"build", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_written_into_the_checkout() -> Iterator[None]:
+    """Tests write under tmp_path (or build/), never into the checkout: an empty ``.nsys-rep`` was once
+    committed at its root, and no test may leave another."""
+    before = {p.name for p in ROOT.iterdir()}
+    yield
+    new = {p.name for p in ROOT.iterdir()} - before - ROOT_MADE
+    assert not new, f"the tests wrote {sorted(new)} into {ROOT}; write under tmp_path instead"
+
+
 @pytest.fixture(autouse=True)
 def _collection_as_it_was() -> Iterator[None]:
     """A command run in this process (click's test runner) switches cyclic collection off for its

@@ -20,6 +20,7 @@ import traceconv
 from traceconv import dataset
 from traceconv import schema as S
 
+from .conftest import fixture
 from .fleet_data import ingest, input_kinds, traces
 
 
@@ -70,6 +71,21 @@ def test_pyarrow_duckdb_and_polars_read_it_as_one_table(made: tuple[Path, Path, 
     assert Counter(dict(zip(frame["kind"].to_list(), frame["len"].to_list(), strict=True))) == kinds
     per_rank = pl.scan_parquet(f"{root}/**/*.parquet", hive_partitioning=True).group_by("rank").len().collect()
     assert per_rank.schema["rank"] == pl.Int32 and None in per_rank["rank"].to_list()
+
+
+def test_the_tables_handed_out_group_and_join_in_pyarrow(made: tuple[Path, Path, Counter[str]]) -> None:
+    """Each file, row group and reader batch has dictionaries of its own; a table that the library hands
+    out has one per column, so that pyarrow's group_by and join take it (they refuse chunks whose
+    dictionaries differ)."""
+    root, flat, kinds = made
+    for path in (root, flat):
+        table = traceconv.read_table(path, columns=["event_id", "trace_id", "kind"])
+        counted = table.group_by("kind").aggregate([("event_id", "count")]).to_pylist()
+        assert {r["kind"]: r["event_id_count"] for r in counted} == kinds
+    trace = traceconv.read(fixture("pytorch/h200/train_buggy.pt.trace.json.gz"))
+    assert trace["name"].num_chunks > 1
+    ids = trace.select(["event_id", "name"]).join(trace.select(["event_id", "kind"]), "event_id")
+    assert ids.num_rows == trace.num_rows
 
 
 def _only_rank_zero_readable(root: Path, into: Path) -> Path:

@@ -389,11 +389,14 @@ def test_cli_errors_are_one_line(tmp_path: Path, make: Any, code: int, message: 
 
 
 def test_cli_trace_without_gpu_work_says_so(tmp_path: Path) -> None:
-    """Hand-made: an empty trace (a CPU-only profile has no kernel rows either)."""
-    empty = _write(tmp_path / "empty.json", b'{"traceEvents": []}')
-    result = _run(str(empty))
+    """Hand-made: a CPU-only profile, one operator and no kernel rows (an empty trace is an error)."""
+    op = b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1, "dur": 2}'
+    cpu_only = _write(tmp_path / "cpu_only.json", b'{"traceEvents": [' + op + b"]}")
+    result = _run(str(cpu_only))
     assert result.exit_code == 0 and "no kernel rows" in result.stdout
-    assert json.loads(_run(str(empty), "--format", "json").stdout)["rows"] == []
+    assert json.loads(_run(str(cpu_only), "--format", "json").stdout)["rows"] == []
+    empty = _run(str(_write(tmp_path / "empty.json", b'{"traceEvents": []}')))
+    assert empty.exit_code == 3 and "holds no events" in empty.output
 
 
 def _write(path: Path, data: bytes) -> Path:

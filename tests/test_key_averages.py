@@ -128,7 +128,7 @@ def test_the_goldens_cover_what_they_must() -> None:
     assert len(cases()) >= 2 * len(GOLDENS)
     for name in ("ka_train_mem", "ka_cnn_bf16"):
         golden = fixture(f"key_averages/h200/{name}.ka.json")
-        table = CliRunner().invoke(main, ["ops", str(trace_of(golden)), "--like", "torch", "--sort", "cuda_time_total"])
+        table = torch_table(golden)
         assert table.stdout == json.loads(golden.read_text())["table"], name
 
 
@@ -140,7 +140,7 @@ def test_the_table_reads_as_torch_printed_it(golden: Path) -> None:
     golden = param_path(golden)
     reference = json.loads(golden.read_text())
     expected = reference["table"]
-    result = CliRunner().invoke(main, ["ops", str(trace_of(golden)), "--like", "torch", "--sort", "cuda_time_total"])
+    result = torch_table(golden)
     assert result.exit_code == 0, result.output
     ours, theirs = result.output.splitlines(), expected.splitlines()
     assert len(ours) == len(theirs)
@@ -150,6 +150,12 @@ def test_the_table_reads_as_torch_printed_it(golden: Path) -> None:
     assert sum(left.values()) == sum(right.values())
     for line in (*left, *right):  # rows moved (a few ns on an annotation's GPU side) cancel out
         assert line.strip().split("  ")[0] in annotations, line
+
+
+def torch_table(golden: Path) -> Any:
+    """``ops --like torch`` where the output is not a terminal (no COLUMNS): torch's table, however wide."""
+    args = ["ops", str(trace_of(golden)), "--like", "torch", "--sort", "cuda_time_total"]
+    return CliRunner().invoke(main, args, env={"COLUMNS": None})
 
 
 def _user(row: dict[str, Any], reference: dict[str, Any]) -> bool:

@@ -64,7 +64,10 @@ def test_metric_rows_are_the_samples_in_time_order() -> None:
     want = _query(SM_AFTER, METRIC_SQL)
     assert len(rows) == len(want) == _query(SM_AFTER, "SELECT count(*) FROM GPU_METRICS")[0][0] > 10_000
     got = [(r["start_ns"] - epoch, r["name"], r["value"], r["device"]) for r in rows]
-    assert got == [(t, name, float(v), gpu) for t, name, v, gpu in want]
+    # the clocks are named [MHz] and written in Hz (nsys 2025.3): in MHz here
+    assert got == [(t, name, float(v) / (1e6 if name.endswith("[MHz]") else 1), gpu) for t, name, v, gpu in want]
+    clocks = [r["value"] for r in rows if r["unit"] == "MHz"]
+    assert clocks and all(1000 < v < 2500 for v in clocks)  # the H200's GPC and SYS clocks
     assert all(r["end_ns"] == r["start_ns"] and r["phase"] == "i" for r in rows)
     for r in rows:  # the unit is what the name's brackets say, "Throughput" aside
         bracket = re.search(r"\[([^\]]+)\]$", r["name"])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -111,6 +112,32 @@ def test_parquet_gives_what_the_trace_gives(tmp_path: Path, args: tuple[str, ...
     assert json.loads(ours)["rows"] == json.loads(run(trace, *args, "--format", "json").stdout)["rows"]
 
 
+@pytest.fixture(scope="module")
+def row_groups(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real traces converted to Parquet of several row groups (each with dictionaries of its own)."""
+    out = tmp_path_factory.mktemp("row_groups")
+    files = {}
+    for trace in (BUGGY, BUGGY_NVTX):
+        files[trace.name] = traceconv.convert(trace, out / f"{trace.name}.parquet").path
+        assert pq.ParquetFile(files[trace.name]).metadata.num_row_groups > 1
+    return files
+
+
+@pytest.mark.parametrize("trace", [BUGGY, BUGGY_NVTX], ids=["train_buggy", "autograd_nvtx"])
+@pytest.mark.parametrize(
+    "args",
+    [(), ("--like", "torch"), ("--group-by-shape",), ("--group-by-stack", "3")],
+    ids=["own", "torch", "shape", "stack"],
+)
+def test_parquet_of_several_row_groups_gives_what_the_trace_gives(
+    row_groups: dict[str, Path], trace: Path, args: tuple[str, ...]
+) -> None:
+    """ops joins and groups rows of every row group (it failed with "Unifying differing dictionaries")."""
+    ours = run(row_groups[trace.name], *args, "--format", "json")
+    assert ours.exit_code == 0, ours.output
+    assert json.loads(ours.stdout)["rows"] == json.loads(run(trace, *args, "--format", "json").stdout)["rows"]
+
+
 # -- traceconv's own view and its footer ----------------------------------------------------------
 @pytest.mark.parametrize(
     "trace", [SEED, TRAIN, fixture("pytorch/h200/cuda_graph.json")], ids=["seed_linear", "ka_train", "cuda_graph"]
@@ -140,6 +167,23 @@ def test_the_own_view_counts_gpu_time_once() -> None:
     text = run(SEED).output
     assert "CUDA API calls (torch nests them under their operator and subtracts them):" in text
     assert "How this differs from torch's key_averages() (traceconv ops --like torch):" in text
+
+
+@pytest.mark.parametrize("trace", [BUGGY, BUGGY_NVTX], ids=["train_buggy", "autograd_nvtx"])
+def test_the_own_view_gives_self_cuda_shares_and_the_json_s_total(trace: Path) -> None:
+    """The own view has no GPU rows: its Self CUDA % and total are of its operators' self GPU time,
+    the JSON's self_gpu_total_ns (the table said NaN on every row and 0.000us)."""
+    from traceconv.render.ops import _time
+
+    total = json.loads(run(trace, "--format", "json").stdout)["self_gpu_total_ns"]
+    assert total > 0
+    for fmt in ("table", "markdown"):
+        text = run(trace, "--top", "0", "--format", fmt).stdout
+        assert f"Self CUDA time total: {_time(total)}" in text and "NaN" not in text
+    lines = [line.split(" | ") for line in run(trace, "--top", "0", "--format", "markdown").stdout.splitlines()]
+    at = lines[2].index("Self CUDA %")
+    shares = [float(cells[at].rstrip("%")) for cells in lines[4:] if len(cells) == len(lines[2])]
+    assert sum(shares) == pytest.approx(100, abs=0.5)
 
 
 # -- Nsight Systems: the operators of --pytorch=autograd-shapes-nvtx ------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,6 @@ from traceconv.analyses import timeline as T
 from traceconv.analyses.inputs import open_source
 from traceconv.analyses.source import Source
 from traceconv.analyses.summary.scopes import GpuWindows
-
-pytest.importorskip("vl_convert")
 
 PYTORCH = "pytorch/h200/train_buggy.pt.trace.json.gz"
 NSYS = "nsys/h200/buggy.sqlite"
@@ -161,6 +160,25 @@ def test_report_command_writes_one_self_contained_file(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
     again = _traceconv("report", fixture(PYTORCH), "-o", out)  # a report of ours is replaced
     assert again.returncode == 0, again.stderr
+
+
+def test_report_needs_nothing_a_plain_install_lacks(tmp_path: Path) -> None:
+    """The report ships Vega, Vega-Lite and vega-embed: it is written where vl-convert-python (which
+    it needed, through an extra a plain `pip install` does not bring) cannot be imported."""
+    out = tmp_path / "r.html"
+    code = (
+        "import sys; sys.modules['vl_convert'] = None\n"  # `import vl_convert` fails, as if not installed
+        "from click.testing import CliRunner; from traceconv.cli import main\n"
+        f"r = CliRunner().invoke(main, ['report', {str(fixture(NSYS))!r}, '-o', {str(out)!r}])\n"
+        "print(r.exit_code, r.output)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.startswith("0 "), done.stdout + done.stderr
+    text = out.read_text(encoding="utf-8")
+    for script in ("vega", "vega-lite", "vega-embed"):
+        head = (files("traceconv.render.report") / "vendor" / f"{script}.min.js").read_text(encoding="utf-8")[:200]
+        assert head in text, script
+    assert "sourceMappingURL" not in text
 
 
 def test_report_refuses_outputs_that_destroy_data(tmp_path: Path) -> None:

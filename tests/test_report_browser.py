@@ -20,7 +20,6 @@ import pytest
 from tests.browser import Browser, PageRun, find_browser
 from tests.fixtures import ROOT, fixture
 
-pytest.importorskip("vl_convert")
 pytestmark = pytest.mark.browser
 
 ARTEFACTS = Path(os.environ.get("TRACECONV_ARTEFACTS", ROOT / "build" / "artefacts")) / "report"

@@ -11,6 +11,7 @@ counts only the host waiting for a GPU result.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from functools import cache
 from pathlib import Path
@@ -215,7 +216,7 @@ def test_a_synchronous_copy_from_pageable_memory_is_staging_and_one_to_pageable_
     assert copies["saving_ns"] == d["memcpy"]["HtoD"]["dur_ns"] + d["memcpy"]["DtoH"]["dur_ns"]
     assert copies["saving_pct"] == pytest.approx(copies["saving_ns"] * 100 / d["gpu"]["0"]["window_ns"], abs=0.05)
     pageable = next(f for f in _without_floors(path)["findings"] if f["code"] == "PAGEABLE_COPIES")
-    assert pageable["message"].startswith(f"{kinds[1]:.1f} HtoD copies (") and "per step" not in pageable["message"]
+    assert pageable["message"].startswith(f"{kinds[1]} HtoD copies (") and "per step" not in pageable["message"]
 
 
 # -- independent computations from the raw JSON -----------------------------------------------------
@@ -368,12 +369,46 @@ def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
     assert max(map(len, lines)) <= 100 and len(lines) < 75
     assert any(line.startswith("LOW HOST_DEVICE_COPIES: HtoD+DtoH copies take") for line in lines)
     assert any(
-        line.startswith("LOW PAGEABLE_COPIES: 3.0 HtoD copies per step (16.8 MB) from pageable memory")
-        for line in lines
+        line.startswith("LOW PAGEABLE_COPIES: 3 HtoD copies per step (16.8 MB) from pageable memory") for line in lines
     )
     md = CliRunner().invoke(main, ["summary", str(BUGGY), "--format", "markdown"], env={"COLUMNS": "100"})
     assert md.output.startswith("# train_buggy.pt.trace.json.gz (pytorch)")
     assert "| GPU self ms | GPU total ms |" in md.output
+
+
+def test_help_lists_every_finding_code() -> None:
+    from traceconv.analyses.summary.findings import CODES
+
+    text = " ".join(CliRunner().invoke(main, ["summary", "--help"]).output.split())
+    assert "Findings (" + ", ".join(CODES) + ") are measured" in text and len(CODES) == 9
+    assert "QUEUE_WAIT" not in CODES  # a note (the host is ahead), not a finding
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        BUGGY,
+        fixture("nsys/h200/graph_whole.sqlite"),
+        fixture("pytorch/h200/ddp_rank0.pt.trace.json"),
+        fixture("pytorch/public/AMD-AGI__TraceLens__tests_traces_h100_gaunernst_bert-small-uncased__1016001.json.gz"),
+    ],
+    ids=["train_buggy", "graph_whole", "ddp_rank0", "tracelens_bert"],
+)
+def test_counts_are_whole_and_sizes_of_one_family(trace: Path) -> None:
+    """A count is not a float ("900.0 HtoD copies"), a figure has few digits ("result waits 0.0977444"),
+    and sizes are B, kB and MB (decimal) beside each other, not "host: 32,316 B" beside MB."""
+    text = CliRunner().invoke(main, ["summary", str(trace)], env={"COLUMNS": "100"}).output
+    assert not re.findall(r"\b\d+\.\d{4,}\b", text)
+    assert not re.findall(r"\b\d+\.0 (?:HtoD|host syncs)", text)
+    assert not re.findall(r"\d,\d{3} B\b", text)
+    assert re.findall(r"(?:syncs|result waits|pageable staging|copies) \d", text)
+
+
+def test_counts_and_sizes_as_people_read_them() -> None:
+    from traceconv.units import count, size
+
+    assert [count(v) for v in (900.0, 3.0, 2.5, 0.0977444, 0.0123, 0)] == ["900", "3", "2.5", "0.1", "0.012", "0"]
+    assert [size(v) for v in (16, 32_316, 16_800_000, 1_498_200_000)] == ["16 B", "32.3 kB", "16.8 MB", "1,498.2 MB"]
 
 
 def test_a_trace_without_gpu_work_has_no_gpu_findings() -> None:

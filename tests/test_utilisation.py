@@ -9,6 +9,7 @@ never from our Parquet.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,9 +106,30 @@ def test_every_metric_has_a_key_and_the_named_ones_theirs(after: Summary) -> Non
     keys = set(after.gpu_metrics["0"])
     assert {"sm_active_pct", "sm_issue_pct", "warps_in_flight_pct", "tensor_active_pct"} <= keys
     assert {"dram_read_pct", "dram_write_pct"} <= keys
-    assert keys == {U.metric_key(n) for n in names}
-    assert len(keys) == len(names)  # no two metrics share a key
+    averages = [n for n in names if not n.endswith("[Avg]")]  # [Avg]: sums over the cycles, left out
+    assert keys == {U.metric_key(n) for n in averages}
+    assert len(keys) == len(averages) < len(names)  # no two metrics share a key
     assert U.metric_key("GPC Clock Frequency [MHz]") == "gpc_clock_frequency_mhz"
+
+
+def test_metrics_are_in_their_units_in_the_diff() -> None:
+    """The clocks are named [MHz] and written in Hz; the [Avg] metrics are sums of warps over the sample's
+    cycles, wrapped at 24 bits by nsys 2025.3.1 (diff said gpc_clock_frequency_mhz -41,763,008 and
+    compute_warps_in_flight_avg -4,362,466)."""
+    result = CliRunner().invoke(main, ["diff", str(_sm_before()), str(SM_AFTER), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    before, delta = doc["before"]["gpu_metrics"]["0"], doc["delta"]["gpu_metrics"]["0"]
+    hz = _query(
+        SM_AFTER,
+        "SELECT avg(value) FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS i USING (typeId, metricId) "
+        "WHERE i.metricName = 'GPC Clock Frequency [MHz]'",
+    )[0][0]
+    assert 1000 < before["gpc_clock_frequency_mhz"] < 2500 and 1000 < hz / 1e6 < 2500
+    assert abs(delta["gpc_clock_frequency_mhz"]) < 100 and abs(delta["sys_clock_frequency_mhz"]) < 100
+    assert all(abs(v) <= 100 for k, v in delta.items() if k.endswith("_pct"))
+    assert not [k for k in (*before, *delta) if k.endswith("_avg")]
+    assert 0 < before["compute_warps_in_flight_avg_warps_per_cycle"] <= 64  # warps per SM per cycle (H200: 64 at most)
 
 
 def test_low_sm_activity_before_and_not_after(before: Summary, after: Summary) -> None:

@@ -56,21 +56,6 @@ def place(tmp: Path, nominal: Path, rank: int | None) -> Path:
     return final
 
 
-def up_to_date(source: Path, nominal: Path) -> bool:
-    """A part of ``source`` exists, was written by this schema version, and is newer than the input."""
-    from traceconv.errors import TraceconvError
-    from traceconv.io import check_version
-
-    part = existing_part(nominal)
-    if part is None:
-        return False
-    try:
-        check_version(part)
-        return part.stat().st_mtime >= Path(source).stat().st_mtime
-    except (TraceconvError, OSError):
-        return False
-
-
 def begin(root: Path) -> None:
     """A run is about to change parts: the dataset is incomplete until :func:`finish`."""
     (root / COMMON_METADATA).unlink(missing_ok=True)

@@ -14,10 +14,11 @@ from traceconv import dataset
 from traceconv import schema as S
 from traceconv.errors import InputError, SchemaVersionError, TraceconvError, UnsupportedFormatError, UsageError
 from traceconv.readers import sniff
-from traceconv.writing import PARQUET_MAGIC
 
 if TYPE_CHECKING:
     import pandas as pd
+
+PARQUET_MAGIC = b"PAR1"
 
 
 # -- reading traceconv Parquet ----------------------------------------------------------
@@ -69,6 +70,19 @@ def check_version(path: Path) -> dict[bytes, bytes]:
             "convert the original trace again with this traceconv, or read the file with the traceconv that wrote it",
         )
     return meta
+
+
+def up_to_date(source: Path, nominal: Path) -> bool:
+    """A part of ``source`` exists in the dataset of ``nominal`` (``OUT/<trace>.parquet``), was written
+    by this schema version, and is newer than the input."""
+    part = dataset.existing_part(nominal)
+    if part is None:
+        return False
+    try:
+        check_version(part)
+        return part.stat().st_mtime >= Path(source).stat().st_mtime
+    except (TraceconvError, OSError):
+        return False
 
 
 def _files(path: Path) -> list[Path]:
@@ -127,7 +141,8 @@ def read_table(
     """A traceconv Parquet file or dataset directory as one ``pyarrow.Table``.
 
     ``filters`` are pushed down: a partitioned dataset's parts outside them are not opened, and
-    row groups whose statistics exclude them are not read.
+    row groups whose statistics exclude them are not read. Each dictionary column has one
+    dictionary, whatever the row groups and files it was read from (:func:`schema.one_table`).
     """
     path = Path(path)
     files = parquet_files(path)
@@ -148,7 +163,7 @@ def read_table(
     if filters is not None:
         more = filters if isinstance(filters, pc.Expression) else pq.filters_to_expression(filters)
         filt = more if filt is None else filt & more
-    return source.to_table(columns=list(columns) if columns is not None else None, filter=filt)
+    return S.one_table([source.to_table(columns=list(columns) if columns is not None else None, filter=filt)])
 
 
 def _check_names(columns: Sequence[str] | None, kinds: Sequence[str] | None) -> None:

@@ -7,6 +7,7 @@ derived from :data:`COLUMNS`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -181,6 +182,16 @@ SCHEMA: pa.Schema = pa.schema([pa.field(c.name, c.type, nullable=True) for c in 
 
 def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
+
+
+def one_table(tables: Sequence[pa.Table]) -> pa.Table:
+    """Tables of one schema as one, each dictionary column under one dictionary.
+
+    Every row group, batch or file has dictionaries of its own, and pyarrow's joins and
+    group-bys refuse chunks whose dictionaries differ ("Unifying differing dictionaries"):
+    a table handed out to be computed on has its dictionaries unified here, once.
+    """
+    return pa.concat_tables(tables).unify_dictionaries()
 
 
 def present(columns: dict[str, pa.Array | pa.ChunkedArray], num_rows: int) -> pa.Table:

@@ -1,6 +1,6 @@
 """Numbers as people read them: one set of formatters for finding messages, tables and reports.
 
-Prose (:func:`ms`, :func:`us`, :func:`mb`) carries its unit; table cells (:data:`CELLS`) do
+Prose (:func:`ms`, :func:`us`, :func:`mb`, :func:`size`) carries its unit; table cells (:data:`CELLS`) do
 not, their column header names it. Missing values are ``-``.
 """
 
@@ -25,6 +25,23 @@ def us(ns: float | None) -> str:
 def mb(n: float | None) -> str:
     """Bytes as megabytes (10^6) with one decimal."""
     return NULL if n is None else f"{n / 1e6:,.1f} MB"
+
+
+def size(n: float | None) -> str:
+    """Bytes in the decimal family of :func:`mb`: ``16 B``, ``32.3 kB``, ``1,498.2 MB``."""
+    if n is None:
+        return NULL
+    if abs(n) < 1e3:
+        return f"{n:,.0f} B"
+    return f"{n / 1e3:,.1f} kB" if abs(n) < 1e6 else mb(n)
+
+
+def count(n: float) -> str:
+    """A count, or a count per step: whole numbers as such (``900``), else one decimal (``2.5``), or two
+    significant digits below 0.05 (``0.012``)."""
+    if float(n).is_integer():
+        return f"{n:,.0f}"
+    return f"{n:,.1f}" if abs(n) >= 0.05 else f"{n:.2g}"
 
 
 def signed(text: str, value: float) -> str:

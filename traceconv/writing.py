@@ -21,6 +21,7 @@ from traceconv import dataset, process
 from traceconv import schema as S
 from traceconv.background import BackgroundWriter
 from traceconv.errors import TraceconvError
+from traceconv.ingest import check_output
 from traceconv.parquet_join import Joiner, Piece, UniformChunks, encode
 from traceconv.readers import Progress, Reader, open_reader
 from traceconv.readers.base import Rewind
@@ -65,7 +66,6 @@ T = TypeVar("T")
 # Data pages of 256 KiB instead of pyarrow's 1 MiB: the writer thread holds a page's worth of
 # each column while it encodes, and the args text of a row group is several pages.
 DATA_PAGE = 1 << 18
-PARQUET_MAGIC = b"PAR1"
 # What pyarrow.parquet.ParquetWriter passes to the class it wraps, where our options do not
 # say otherwise (see ``_parquet_writer``).
 WRITER_DEFAULTS: dict[str, Any] = {
@@ -330,8 +330,6 @@ def convert(
     ``partitioned``: ``out`` (``OUT/<trace>.parquet``) is a part of a dataset, which goes to
     ``OUT/rank=R/<trace>.parquet`` (:mod:`traceconv.dataset`).
     """
-    from traceconv.ingest import check_output
-
     check_output(Path(out), [Path(path)], force=True)
     reader = open_reader(Path(path), fmt, progress=progress, **options)
     process.imported()  # the reader's modules are in (the CLI's collection comes back on)
@@ -357,7 +355,7 @@ def read(path: Path, fmt: str | None = None, **options: Any) -> pa.Table:
     """Read one input file into a single unified ``pyarrow.Table`` (metadata on its schema)."""
     reader = open_reader(Path(path), fmt, **options)
     tables = rewound(lambda: list(reader.tables()))
-    table = pa.concat_tables(tables) if tables else S.empty_table()
+    table = S.one_table(tables) if tables else S.empty_table()
     result = WriteResult(path=Path(path))
     for t in tables:
         _tally(result, t)

@@ -536,6 +536,26 @@ def not_a_trace_cases(t: Trace) -> list[tuple[Case, bytes]]:
         ),
         (
             Case(
+                "no_events.json",
+                rel,
+                "the trace with every event removed: its traceEvents array is empty",
+                "not_a_trace",
+                error=["no events", "empty"],
+            ),
+            t.data[: t.array_start] + t.data[t.array_end :],
+        ),
+        (
+            Case(
+                "empty_array.json",
+                rel,
+                "hand-made: a bare event array with nothing in it",
+                "not_a_trace",
+                error=["no events"],
+            ),
+            b"[]\n",
+        ),
+        (
+            Case(
                 "kernel_summary.json",
                 str(STATS_CSV.relative_to(ROOT)),
                 "nsys stats CSV output named .json",

@@ -47,7 +47,7 @@ def load(
     if parquet:
         table = io.read_table(path, kinds=kinds, columns=columns)
     else:
-        table = pa.concat_tables([_converted(t, columns, kinds).replace_schema_metadata(None) for t in traces])
+        table = S.one_table([_converted(t, columns, kinds).replace_schema_metadata(None) for t in traces])
     if "source" in table.column_names and table.num_rows:
         inputs.one_source(pc.unique(table["source"].cast(pa.string())).drop_null().to_pylist(), [path])
     return table

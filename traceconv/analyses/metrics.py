@@ -5,7 +5,9 @@ Active, SM Issue, Compute Warps in Flight, Tensor Active, DRAM bandwidth ... at 
 A scope's figure for a metric is the plain mean of the samples whose timestamp lies inside
 the scope's intervals (ends included): the steps (the whole window when no steps are marked),
 the ranges of one NVTX range or annotation name, or the executions of one kernel name on
-the sample's device. A sample inside two intervals of the same scope counts once.
+the sample's device. A sample inside two intervals of the same scope counts once. The ``[Avg]``
+metrics are no averages (sums over a sample's cycles, wrapped by some nsys versions: see
+:mod:`traceconv.readers.nsys.samples`) and are left out; their ``[Avg Warps per Cycle]`` are kept.
 
 Metric names become keys (:func:`metric_key`): the ones the findings and tables use have
 fixed keys (:data:`KEYS`, e.g. ``SMs Active [Throughput %]`` -> ``sm_active_pct``); any other
@@ -42,6 +44,7 @@ PER_NAME = ("sm_active_pct", "warps_in_flight_pct")
 # their exact times: a kernel adds one row per bucket it spans.
 BUCKET_NS = 1_000_000
 _UNITS = {"throughput %": "pct", "%": "pct"}
+SUMS = "Avg"  # the unit of the metrics that are sums over a sample's cycles, not averages
 
 # Devices as text (JSON keys), metric key -> mean.
 Utilisation = dict[str, dict[str, float]]
@@ -72,7 +75,7 @@ def scope_means(source: Source, start_ns: I.I64 | None = None, end_ns: I.I64 | N
     without them); keys by :func:`metric_key`, means rounded to 2 decimals."""
     if not has_metrics(source):
         return {}
-    where = "m.kind = 'metric' AND m.value IS NOT NULL"
+    where = f"m.kind = 'metric' AND m.value IS NOT NULL AND m.unit IS DISTINCT FROM '{SUMS}'"
     if start_ns is None or end_ns is None:
         join = ""
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -14,6 +13,7 @@ from traceconv import process
 from traceconv.cli import main
 from traceconv.cli.errors import handle_errors, note
 from traceconv.cli.progress import Bar
+from traceconv.cli.width import prose_width, terminal_width
 
 if TYPE_CHECKING:
     from traceconv.analyses.source import Source
@@ -74,7 +74,7 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
     limit = top if top is not None else (20 if fmt == "table" else 0)
     with opened([trace]) as source:
         result = K.report(source, kinds or K.default_kinds(source), None if per_launch else by, limit)
-    text, remark = kernels_text(result, fmt, trace, shutil.get_terminal_size((200, 24)).columns)
+    text, remark = kernels_text(result, fmt, trace, terminal_width(200))
     click.echo(text, nl=False)
     if remark:
         note(remark)
@@ -114,11 +114,26 @@ def _analysis_options(func: F) -> F:
     return func
 
 
-def table_width() -> int:
-    return min(shutil.get_terminal_size((100, 24)).columns, 160)
+CODES_MARK = "FINDING_CODES"
 
 
-@main.command()
+class _WithFindingCodes(click.Command):
+    """A command whose help lists every finding code where it says FINDING_CODES, from the one list
+    that defines them (``findings.CODES``), read only when the help is shown: the findings module
+    imports the analyses, which the command line loads when a command runs."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from traceconv.analyses.summary.findings import CODES
+
+        written = self.help
+        self.help = (written or "").replace(CODES_MARK, ", ".join(CODES))
+        try:
+            super().format_help_text(ctx, formatter)
+        finally:
+            self.help = written
+
+
+@main.command(cls=_WithFindingCodes)
 @click.argument("trace", type=click.Path(path_type=Path))
 @_analysis_options
 @click.option(
@@ -131,12 +146,14 @@ def table_width() -> int:
 )
 @handle_errors
 def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None, sort: str) -> None:
-    """Where the time goes and what is wasteful: operators, kernels, copies, syncs, findings.
+    """Where the time goes, what is wasteful, and what fixing it would win a step.
 
     TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
-    file. Findings (HOST_DEVICE_COPIES, SYNC_STALLS, PAGEABLE_COPIES, GPU_IDLE, QUEUE_WAIT,
-    LOW_OCCUPANCY, TINY_KERNELS) are measured on the steps when the trace marks them (ProfilerStep#N,
-    NVTX step_N), else on the whole window. JSON gives nanoseconds and bytes.
+    file. Steps (ProfilerStep#N, NVTX step_N) are measured as the program lived them: each
+    until its host range and its GPU work have both ended. Findings (FINDING_CODES) are
+    measured on the steps when the trace marks them, else on the whole window, and ranked by
+    what their fix would win a step; the summary starts with what the profile cannot answer.
+    JSON gives nanoseconds and bytes.
 
     Example:
 
@@ -152,7 +169,7 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     limits = Thresholds.from_options(thresholds)
     with opened([trace]) as source:
         result = SM.summarize(source, limits, top, step_pattern or STEP_PATTERN, sort)
-    click.echo(summary_text(SM.report(result, top), fmt, trace.name, table_width()), nl=False)
+    click.echo(summary_text(SM.report(result, top), fmt, trace.name, prose_width()), nl=False)
 
 
 @main.command()
@@ -181,7 +198,7 @@ def diff(before: Path, after: Path, fmt: str, top: int, thresholds: tuple[str, .
     limits = Thresholds.from_options(thresholds)
     with opened([before]) as first, opened([after]) as second:
         result = D.diff(first, second, limits, step_pattern or STEP_PATTERN)
-    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, table_width()), nl=False)
+    click.echo(diff_text(D.report(result, top), fmt, before.name, after.name, prose_width()), nl=False)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import click
 from traceconv import process
 from traceconv.cli import main
 from traceconv.cli.errors import handle_errors, note
+from traceconv.cli.width import terminal_width
 from traceconv.render.ops_columns import SORT_CHOICES
 
 
@@ -74,6 +75,6 @@ def ops(
     table = KA.load(trace, by_shape=group_by_shape, stack_n=stack_n)
     compute = KA.key_averages if like == "torch" else KA.operators
     result = compute(table, by_shape=group_by_shape, stack_n=stack_n)
-    click.echo(ops_text(result, fmt, trace.name, sort, top), nl=False)
+    click.echo(ops_text(result, fmt, trace.name, sort, top, terminal_width(None)), nl=False)
     for remark in result.notes:
         note(remark)

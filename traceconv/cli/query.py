@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import click
 from traceconv.cli import main
 from traceconv.cli.analyse import opened
 from traceconv.cli.errors import handle_errors
+from traceconv.cli.width import terminal_width
 from traceconv.errors import InputError, UsageError
 
 
@@ -49,7 +49,7 @@ def sql(query: str, inputs: tuple[Path, ...], fmt: str, limit: int) -> None:
     with opened(list(inputs), one=False) as source:
         batches = run_query(source, text)
         if fmt == "table":
-            out = rows.table_text(batches, limit, shutil.get_terminal_size((200, 24)).columns)
+            out = rows.table_text(batches, limit, terminal_width(200))
         else:
             out = rows.csv_text(batches) if fmt == "csv" else rows.json_text(batches)
         for chunk in out:

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from traceconv.cli import main
-from traceconv.cli.analyse import opened, table_width
+from traceconv.cli.analyse import opened
 from traceconv.cli.errors import handle_errors
+from traceconv.cli.width import prose_width
 
 
 @main.command()
@@ -56,4 +57,4 @@ def ranks(inputs: tuple[Path, ...], fmt: str, step_pattern: str | None, threshol
     with opened(list(inputs)) as source:
         result = R.analyse(source, step_pattern or STEP_PATTERN, limits)
     title = inputs[0].name if len(inputs) == 1 else f"{len(inputs)} inputs"
-    click.echo(ranks_text(result, fmt, title, table_width()), nl=False)
+    click.echo(ranks_text(result, fmt, title, prose_width()), nl=False)

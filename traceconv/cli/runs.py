@@ -44,7 +44,9 @@ def run_tasks(tasks: Sequence[Task], scheduler: str | None = None, force: bool =
 
 
 def _skip(job: Job) -> bool:
-    if not job.partitioned or not dataset.up_to_date(job.source, job.output):
+    from traceconv.io import up_to_date
+
+    if not job.partitioned or not up_to_date(job.source, job.output):
         return False
     click.echo(f"{job.source} -> {dataset.existing_part(job.output)}: up to date, skipped (--force converts it)")
     return True

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from traceconv.cli import main
-from traceconv.cli.analyse import opened, table_width
+from traceconv.cli.analyse import opened
 from traceconv.cli.errors import handle_errors
+from traceconv.cli.width import prose_width
 
 
 @main.command()
@@ -54,4 +55,4 @@ def whatif(trace: Path, removes: tuple[str, ...], scales: tuple[str, ...], fmt: 
         raise click.UsageError("name a change: --remove WHAT or --scale WHAT=FACTOR (see --help)")
     with opened([trace]) as source:
         result = W.whatif(source, list(removes), list(scales), step_pattern or STEP_PATTERN)
-    click.echo(whatif_text(result, fmt, trace.name, table_width()), nl=False)
+    click.echo(whatif_text(result, fmt, trace.name, prose_width()), nl=False)

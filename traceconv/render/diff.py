@@ -11,27 +11,28 @@ from typing import Any
 from traceconv.analyses.diff import DiffReport, report_dict
 from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare
 from traceconv.names import kernel_label
+from traceconv.render.columns import Col
 from traceconv.render.ranks import RANK_CHANGE_COLS, rank_change_rows
 from traceconv.render.summary import SHORT_LISTS, TABLE_WIDTH
-from traceconv.render.table import Col, Doc, json_document
-from traceconv.units import ms, signed, us
+from traceconv.render.table import Doc, json_document
+from traceconv.units import count, ms, signed, us
 
 DELTA_OP_COLS = [
     Col("ΔGPU self ms", "gpu_self_ns", "ms"),
-    Col("ΔCPU self ms", "cpu_self_ns", "ms"),
-    Col("GPU before", "b_gpu", "ms"),
-    Col("after", "a_gpu", "ms"),
-    Col("Calls", "b_calls", "pct"),
-    Col("after", "a_calls", "pct"),
+    Col("ΔCPU self ms", "cpu_self_ns", "ms", drop=3),
+    Col("GPU before", "b_gpu", "ms", drop=2),
+    Col("after", "a_gpu", "ms", drop=2),
+    Col("Calls", "b_calls", "pct", drop=1),
+    Col("after", "a_calls", "pct", drop=1),
     Col("Status", "status"),
     Col("Operator", "name", shrink=True),
 ]
 DELTA_KERNEL_COLS = [
     Col("Δ Exec ms", "dur_ns", "ms"),
-    Col("Exec before", "b_dur", "ms"),
-    Col("after", "a_dur", "ms"),
-    Col("Count before", "b_count", "pct"),
-    Col("after", "a_count", "pct"),
+    Col("Exec before", "b_dur", "ms", drop=2),
+    Col("after", "a_dur", "ms", drop=2),
+    Col("Count before", "b_count", "pct", drop=1),
+    Col("after", "a_count", "pct", drop=1),
     Col("Status", "status"),
     Col("Kernel", "name", shrink=True),
 ]
@@ -41,8 +42,8 @@ DELTA_COPY_COLS = [
     Col("after", "a_count", "pct"),
     Col("MB before", "b_mb", "pct"),
     Col("after", "a_mb", "pct"),
-    Col("ms before", "b_dur", "ms"),
-    Col("after", "a_dur", "ms"),
+    Col("ms before", "b_dur", "ms", drop=1),
+    Col("after", "a_dur", "ms", drop=1),
     Col("Status", "status"),
 ]
 DELTA_SYNC_COLS = [
@@ -83,13 +84,13 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
     doc.heading(f"Copies per {unit}")
     doc.table(_copy_rows(b.memcpy, a.memcpy, delta.memcpy), DELTA_COPY_COLS)
     doc.heading(
-        f"Synchronisations per {unit}: {b.sync.count:g} -> {a.sync.count:g} "
+        f"Synchronisations per {unit}: {count(b.sync.count)} -> {count(a.sync.count)} "
         f"({us(b.sync.dur_ns)} -> {us(a.sync.dur_ns)} blocked)"
     )
     kinds: list[tuple[str, SyncShare, SyncShare, SyncChange]] = [
         (w, getattr(b.sync, k), getattr(a.sync, k), getattr(delta.sync, k)) for k, w in SYNC_KINDS.items()
     ]
-    doc.line(", ".join(f"{w} {x.count:g} -> {y.count:g}" for w, x, y, _ in kinds))
+    doc.line(", ".join(f"{w} {count(x.count)} -> {count(y.count)}" for w, x, y, _ in kinds))
     doc.table([{**asdict(o), "kind": w, "label": o.label} for w, _, _, dd in kinds for o in dd.ops], DELTA_SYNC_COLS)
     doc.heading(f"Operators per {unit}, biggest change first")
     doc.table([_flat(o, "gpu_self_ns", "calls", "gpu", "calls") for o in delta.top_ops], DELTA_OP_COLS)

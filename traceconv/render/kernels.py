@@ -6,6 +6,7 @@ launching call goes beside CSV (to stderr), into the footer of a table, and into
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -14,7 +15,8 @@ import pandas as pd
 
 from traceconv.analyses.kernels import KernelReport
 from traceconv.names import kernel_label
-from traceconv.render.table import Col, csv_text, json_text, text_table
+from traceconv.render.columns import Col
+from traceconv.render.table import csv_text, json_text, text_table
 
 
 def kernel_summary_cols(keys: Sequence[str]) -> list[Col]:
@@ -28,13 +30,13 @@ def kernel_summary_cols(keys: Sequence[str]) -> list[Col]:
         Col("Total (ms)", "exec_total_ns", "ms"),
         Col("Count", "count", "int"),
         Col("Avg (µs)", "exec_avg_ns", "us"),
-        Col("Med (µs)", "exec_med_ns", "us"),
-        Col("Max (µs)", "exec_max_ns", "us"),
-        Col("StdDev (µs)", "exec_std_ns", "us"),
-        Col("Avg queue (µs)", "queue_avg_ns", "us"),
-        Col("Avg API (µs)", "api_avg_ns", "us"),
-        Col("Avg wall (µs)", "wall_avg_ns", "us"),
-        Col("No launch", "no_launch", "int"),
+        Col("Med (µs)", "exec_med_ns", "us", drop=5),
+        Col("Max (µs)", "exec_max_ns", "us", drop=4),
+        Col("StdDev (µs)", "exec_std_ns", "us", drop=8),
+        Col("Avg queue (µs)", "queue_avg_ns", "us", drop=3),
+        Col("Avg API (µs)", "api_avg_ns", "us", drop=6),
+        Col("Avg wall (µs)", "wall_avg_ns", "us", drop=7),
+        Col("No launch", "no_launch", "int", drop=2),  # the footer counts them too
     ]
     for key in keys:
         cols.append(_KEY_COLS[key])
@@ -51,17 +53,17 @@ _KEY_COLS = {
 }
 
 PER_LAUNCH_COLS = [
-    Col("API Start (ms)", "api_start_ns", "ms"),
+    Col("API Start (ms)", "api_start_ns", "ms", drop=4),
     Col("API (µs)", "api_dur_ns", "us"),
     Col("Queue (µs)", "queue_dur_ns", "us"),
     Col("Kernel Start (ms)", "kernel_start_ns", "ms"),
     Col("Kernel (µs)", "kernel_dur_ns", "us"),
-    Col("Total (µs)", "total_dur_ns", "us"),
-    Col("PID", "pid", "id"),
-    Col("TID", "tid", "id"),
-    Col("Dev", "device", "id"),
-    Col("Stream", "stream", "id"),
-    Col("API Function", "launch_name", null="(none in trace)"),
+    Col("Total (µs)", "total_dur_ns", "us", drop=3),
+    Col("PID", "pid", "id", drop=7),
+    Col("TID", "tid", "id", drop=6),
+    Col("Dev", "device", "id", drop=2),
+    Col("Stream", "stream", "id", drop=1),
+    Col("API Function", "launch_name", null="(none in trace)", drop=5),
     Col("Kernel Name", "name", shrink=True),
 ]
 
@@ -106,15 +108,22 @@ def kernels_text(r: KernelReport, fmt: str, trace: Path, width: int) -> tuple[st
     shown = named(r.rows)
     if r.by is None:
         relative, origin = from_first_start(shown)
-        text = text_table(relative, PER_LAUNCH_COLS, width)
+        text = text_table(relative, PER_LAUNCH_COLS, width, name_width(width))
         if origin is not None:
             text += f"\nStart times in ms from {origin} ns."
     else:
         cols = [c for c in kernel_summary_cols(r.keys) if c.source != "no_launch" or r.totals.no_launch]
         if "sm_active_pct" in shown.columns:  # GPU metrics: the samples inside the name's executions
-            cols.insert(len(cols) - len(r.keys), Col("SMs active (%)", "sm_active_pct", "pct"))
-        text = text_table(shown, cols, width)
-    return text + "\n" + footer(r) + "\n", None
+            cols.insert(len(cols) - len(r.keys), Col("SMs active (%)", "sm_active_pct", "pct", drop=1))
+        text = text_table(shown, cols, width, name_width(width))
+    lines = [wrapped for line in footer(r).splitlines() for wrapped in textwrap.wrap(line, width)]
+    return text + "\n" + "\n".join(lines) + "\n", None
+
+
+def name_width(width: int) -> int:
+    """The least a kernel's name is given before columns are left out: a third of the terminal,
+    24 to 36 characters (enough for the part where two names differ)."""
+    return max(24, min(36, width // 3))
 
 
 def named(rows: pd.DataFrame) -> pd.DataFrame:

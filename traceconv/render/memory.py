@@ -6,7 +6,7 @@ import textwrap
 
 from traceconv.analyses.results import MemoryPeak
 from traceconv.render.table import Doc
-from traceconv.units import mb, ms
+from traceconv.units import ms, size
 
 
 def memory_section(doc: Doc, memory: dict[str, MemoryPeak]) -> None:
@@ -34,23 +34,19 @@ def _device(dev: str) -> str:
     return "host" if dev.endswith("cpu") else f"GPU {dev}"
 
 
-def _size(n: int) -> str:
-    return f"{n:,} B" if abs(n) < 100_000 else mb(n)
-
-
 def _peak(dev: str, m: MemoryPeak) -> str:
     at = f" at {ms(m.peak_offset_ns)}" if m.peak_offset_ns is not None else ""
-    text = f"{_device(dev)}: {_size(m.allocated_peak_bytes)} allocated{at}"
+    text = f"{_device(dev)}: {size(m.allocated_peak_bytes)} allocated{at}"
     if m.reserved_at_peak_bytes:
-        text += f", {mb(m.reserved_at_peak_bytes)} reserved"
+        text += f", {size(m.reserved_at_peak_bytes)} reserved"
     return text
 
 
 def _holders(head: str, m: MemoryPeak, width: int | None) -> str:
     """The holders, largest first, and what was allocated before the trace; cut to ``width``."""
-    parts = [f"{h.name} {_size(h.bytes)} x{h.count}" for h in m.holders]
+    parts = [f"{h.name} {size(h.bytes)} x{h.count}" for h in m.holders]
     if m.before_trace_bytes > 0:
-        parts.append(f"before the trace {_size(m.before_trace_bytes)}")
+        parts.append(f"before the trace {size(m.before_trace_bytes)}")
     text = head + "; ".join(parts)
     if width is None or len(text) <= width:
         return text

@@ -15,7 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from traceconv.analyses.results import OpsDifference, OpsTable, OpStats
+from traceconv.names import fit
+from traceconv.render.columns import left_out
 from traceconv.render.ops_columns import TORCH_NAMES
+from traceconv.render.ops_layout import Layout, fitted
 from traceconv.render.table import json_document
 
 # --sort: our column names (torch's are in ops_columns.TORCH_NAMES)
@@ -76,8 +79,9 @@ def ordered(rows: Sequence[Row], key: str, top: int) -> list[Row]:
     return out[:top] if top else out
 
 
-def ops_text(result: OpsTable, fmt: str, name: str, sort: str | None, top: int | None) -> str:
-    """The output for stdout. ``top`` None: 25 rows in a table or Markdown, all in CSV and JSON."""
+def ops_text(result: OpsTable, fmt: str, name: str, sort: str | None, top: int | None, width: int | None = None) -> str:
+    """The output for stdout. ``top`` None: 25 rows in a table or Markdown, all in CSV and JSON. A table
+    fits ``width`` columns (a terminal's); None: torch's layout, however wide."""
     key = sort_key(sort, result)
     limit = top if top is not None else (25 if fmt in ("table", "markdown") else 0)
     every = ordered(paired(result.rows, result.torch_us), key, 0)
@@ -88,9 +92,9 @@ def ops_text(result: OpsTable, fmt: str, name: str, sort: str | None, top: int |
         return _csv([r.stats for r in rows])
     if fmt == "markdown":
         return _markdown(result, name, key, rows, every)
-    text = torch_table(result, rows, every)
+    text = torch_table(result, rows, every, width)
     if result.view == "traceconv":
-        text += _own_sections(result, limit)
+        text += _own_sections(result, limit, width)
     return text
 
 
@@ -164,29 +168,6 @@ def _memory(n: int) -> str:
     return f"{n} B"
 
 
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    headers: list[str]
-    widths: list[int]
-    left: list[bool]
-    device: bool
-    device_mem: bool
-    shapes: bool
-    source: bool
-    src_width: int = 0
-    flops: tuple[float, str] | None = None  # scale and header of the FLOPs column
-
-    def line(self, values: Sequence[Any]) -> str:
-        cells = [
-            f"{v!s:<{w}}" if left else f"{v!s:>{w}}" for v, w, left in zip(values, self.widths, self.left, strict=True)
-        ]
-        return "".join(c + "  " for c in cells)
-
-    @property
-    def rule(self) -> str:
-        return "".join("-" * w + "  " for w in self.widths)
-
-
 _FLOPS = ["FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs"]
 
 
@@ -199,7 +180,7 @@ def _flops_scale(every: Sequence[Row]) -> tuple[float, str] | None:
     return pow(10, math.floor(log) * -3.0), _FLOPS[int(log)]
 
 
-def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> _Layout:
+def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> Layout:
     """The columns as torch lays them out; widths from every row, not only those shown."""
     rows = [r.stats for r in every]
     device = any(r.times()[2] > 0 for r in every)
@@ -228,41 +209,68 @@ def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> _La
         headers.append(f"Total {flops[1]}")
         widths.append(_WIDTH)
         left.append(False)
-    return _Layout(headers, widths, left, device, device_mem, shapes, source, src_width, flops)
+    return Layout(headers, widths, left, device, device_mem, shapes, source, src_width, flops)
 
 
-def _totals(every: Sequence[Row]) -> tuple[float, float]:
-    """torch's "Self CPU time total" and "Self CUDA time total", summed in the table's order (µs)."""
+def _totals(result: OpsTable, every: Sequence[Row]) -> tuple[float, float]:
+    """torch's "Self CPU time total" and "Self CUDA time total", summed in the table's order (µs).
+
+    torch's GPU total is that of its GPU rows (kernels, copies); traceconv's view has no GPU rows,
+    and its operators' self GPU time (the work each launched itself) adds up to the same total.
+    """
+    own = result.view == "traceconv"
     cpu = gpu = 0.0
     for r in every:
         cpu += r.times()[0]
-        if r.stats.device == "cuda" and r.stats.kind != "annotation":
+        if own or (r.stats.device == "cuda" and r.stats.kind != "annotation"):
             gpu += r.times()[2]
     return cpu, gpu
 
 
-def torch_table(result: OpsTable, rows: Sequence[Row], every: Sequence[Row]) -> str:
-    """``rows`` as ``key_averages().table()`` prints them; percentages of the totals of ``every`` row."""
+def torch_table(result: OpsTable, rows: Sequence[Row], every: Sequence[Row], width: int | None = None) -> str:
+    """``rows`` as ``key_averages().table()`` prints them; percentages of the totals of ``every`` row;
+    fitted to ``width`` columns where it is wider (:func:`ops_layout.fitted`)."""
     if not rows:
         return ""
     lay = _layout(result, rows, every)
-    cpu_total, gpu_total = _totals(every)
+    cpu_total, gpu_total = _totals(result, every)
+    values = [_values(lay, r, cpu_total, gpu_total) for r in rows]
+    if width is not None and len(lay.rule) > width:  # its lines end in two spaces, as torch prints them
+        stacks = [[*[""] * (len(lay.headers) - 1), e] for r in rows for e in (r.stats.stack or [])]
+        lay = fitted(lay, [*values, *stacks], width)
     out = [lay.rule, lay.line(lay.headers), lay.rule]
-    for r in rows:
-        out += _lines(lay, r, cpu_total, gpu_total)
+    for r, cells in zip(rows, _cut(lay, values), strict=True):
+        out += _lines(lay, r, cells)
     out += [lay.rule, f"Self CPU time total: {_time_us(cpu_total)}"]
     if lay.device:
         out.append(f"Self CUDA time total: {_time_us(gpu_total)}")
+    if width is not None:
+        out += left_out(lay.left_out(), width)
     return "".join(line + "\n" for line in out)
 
 
-def _values(lay: _Layout, row: Row, cpu_total: float, gpu_total: float) -> list[str]:
-    """The cells of a row, before the Source Location (times and totals in µs)."""
+def _cut(lay: Layout, values: list[list[str]]) -> list[list[str]]:
+    """Names and input shapes cut to their columns: as torch cuts them, or where they differ (fitted)."""
+    shapes = lay.headers.index("Input Shapes") if lay.shapes else None
+    if lay.shown is None:
+        for v in values:
+            v[0] = v[0] if len(v[0]) < _NAME_WIDTH - 3 else v[0][: _NAME_WIDTH - 3] + "..."
+            if shapes is not None:
+                v[shapes] = v[shapes][: lay.widths[shapes]]
+        return values
+    for col in (0, shapes):
+        if col is not None:
+            for v, text in zip(values, fit([v[col] for v in values], lay.widths[col]), strict=True):
+                v[col] = text
+    return values
+
+
+def _values(lay: Layout, row: Row, cpu_total: float, gpu_total: float) -> list[str]:
+    """The cells of a row, before the Source Location (times and totals in µs; names and shapes whole)."""
     r = row.stats
     self_cpu, cpu, self_gpu, gpu = row.times()
-    name = r.name if len(r.name) < _NAME_WIDTH - 3 else r.name[: _NAME_WIDTH - 3] + "..."
     calls = r.calls or 1
-    values = [name, _share(self_cpu, cpu_total), _time_us(self_cpu)]
+    values = [r.name, _share(self_cpu, cpu_total), _time_us(self_cpu)]
     values += [_share(cpu, cpu_total), _time_us(cpu), _time_us(1.0 * cpu / calls)]
     if lay.device:
         values += [_time_us(self_gpu), _share(self_gpu, gpu_total), _time_us(gpu), _time_us(1.0 * gpu / calls)]
@@ -272,14 +280,13 @@ def _values(lay: _Layout, row: Row, cpu_total: float, gpu_total: float) -> list[
             values += [_memory(r.gpu_mem_bytes), _memory(r.self_gpu_mem_bytes)]
     values.append(str(r.calls))
     if lay.shapes:
-        values.append(str(r.input_shapes)[: lay.widths[len(values)]])
+        values.append(str(r.input_shapes))
     if lay.flops:  # torch puts this value before the Source Location, whose header comes first
         values.append(f"{r.flops * lay.flops[0]:8.3f}" if r.flops else "--")
     return values
 
 
-def _lines(lay: _Layout, r: Row, cpu_total: float, gpu_total: float) -> list[str]:
-    values = _values(lay, r, cpu_total, gpu_total)
+def _lines(lay: Layout, r: Row, values: list[str]) -> list[str]:
     if not lay.source:
         return [lay.line(values)]
     stack = list(r.stats.stack or [])
@@ -312,17 +319,17 @@ _LABELS = {
 }
 
 
-def _own_sections(result: OpsTable, limit: int) -> str:
+def _own_sections(result: OpsTable, limit: int, width: int | None) -> str:
     out = []
     if result.runtime:
         runtime = dataclasses.replace(result, rows=result.runtime, memory=False)
         every = ordered(paired(result.runtime, []), "cpu_total_ns", 0)
         calls = every[:limit] if limit else every
         out.append("\nCUDA API calls (torch nests them under their operator and subtracts them):\n")
-        out.append(torch_table(runtime, calls, every).split("Self CPU time total")[0].rstrip("\n") + "\n")
+        out.append(torch_table(runtime, calls, every, width).split("Self CPU time total")[0].rstrip("\n") + "\n")
     out.append("\nHow this differs from torch's key_averages() (traceconv ops --like torch):\n")
     for d in result.differences:
-        out.append(textwrap.fill("  " + _difference(d) + ".", 100, subsequent_indent="    ") + "\n")
+        out.append(textwrap.fill("  " + _difference(d) + ".", width or 100, subsequent_indent="    ") + "\n")
     return "".join(out)
 
 
@@ -345,12 +352,11 @@ def _markdown(result: OpsTable, name: str, key: str, rows: list[Row], every: lis
     lines = [f"# {name}: operators, {view}, by {key}", ""]
     if rows:
         lay = _layout(result, rows, every)
-        cpu_total, gpu_total = _totals(every)
+        cpu_total, gpu_total = _totals(result, every)
         headers = lay.headers
         lines.append("| " + " | ".join(headers) + " |")
         lines.append("|" + "|".join("---" if i == 0 or lay.left[i] else "---:" for i in range(len(headers))) + "|")
-        for r in rows:
-            values = _values(lay, r, cpu_total, gpu_total)
+        for r, values in zip(rows, _cut(lay, [_values(lay, r, cpu_total, gpu_total) for r in rows]), strict=True):
             if lay.source:
                 values.append("<br>".join(r.stats.stack or []))
             lines.append("| " + " | ".join(v.replace("|", "\\|") for v in values) + " |")

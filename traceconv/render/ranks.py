@@ -14,43 +14,44 @@ import numpy as np
 from traceconv.analyses.ranks import RankRow, RanksReport, as_dict
 from traceconv.analyses.ranks.compare import RankChange
 from traceconv.analyses.ranks.model import Collective
-from traceconv.render.table import Col, Doc, json_document
+from traceconv.render.columns import Col
+from traceconv.render.table import Doc, json_document
 from traceconv.units import ms, us
 
 RANK_COLS = [
     Col("Rank", "label"),
-    Col("Dev", "device", "id"),
-    Col("PID", "pid", "id"),
-    Col("Window ms", "window_ns", "ms"),
+    Col("Dev", "device", "id", drop=6),
+    Col("PID", "pid", "id", drop=9),
+    Col("Window ms", "window_ns", "ms", drop=5),
     Col("Compute ms", "compute_ns", "ms"),
     Col("Comm ms", "comm_ns", "ms"),
-    Col("Copy ms", "copy_ns", "ms"),
+    Col("Copy ms", "copy_ns", "ms", drop=4),
     Col("Idle ms", "idle_ns", "ms"),
     Col("Overlap %", "overlap_pct", "pct"),
-    Col("Steps", "steps", "int"),
-    Col("Step ms", "step_ns", "ms"),
-    Col("Wait ms", "wait_ns", "ms"),
-    Col("Last", "last_arrivals", "int"),
+    Col("Steps", "steps", "int", drop=8),
+    Col("Step ms", "step_ns", "ms", drop=7),
+    Col("Wait ms", "wait_ns", "ms", drop=3),
+    Col("Last", "last_arrivals", "int", drop=2),
 ]
 STEP_COLS = [
     Col("Rank", "label"),
-    Col("Steps ms", "window_ns", "ms"),
+    Col("Steps ms", "window_ns", "ms", drop=1),
     Col("Compute ms", "compute_ns", "ms"),
     Col("Comm ms", "comm_ns", "ms"),
     Col("Exposed ms", "exposed_comm_ns", "ms"),
-    Col("Copy ms", "copy_ns", "ms"),
+    Col("Copy ms", "copy_ns", "ms", drop=2),
     Col("Idle ms", "idle_ns", "ms"),
     Col("Overlap %", "overlap_pct", "pct"),
 ]
 COLLECTIVE_COLS = [
     Col("Collective", "collective"),
-    Col("Group", "process_group"),
+    Col("Group", "process_group", drop=3),
     Col("Count", "count", "int"),
-    Col("MB", "mb", "pct"),
-    Col("Algo", "algorithm"),
+    Col("MB", "mb", "pct", drop=1),
+    Col("Algo", "algorithm", drop=4),
     Col("Time µs", "time_ns", "us"),
     Col("Skew µs", "skew_ns", "us"),
-    Col("Max skew µs", "max_skew_ns", "us"),
+    Col("Max skew µs", "max_skew_ns", "us", drop=2),
     Col("busbw GB/s", "busbw_gbps", "pct"),
     Col("Last rank", "last", shrink=True),
 ]
@@ -127,14 +128,14 @@ RANK_CHANGE_COLS = [
     Col("Rank", "label"),
     Col("Step ms", "b_step", "ms"),
     Col("after", "a_step", "ms"),
-    Col("Compute ms", "b_compute", "ms"),
-    Col("after", "a_compute", "ms"),
+    Col("Compute ms", "b_compute", "ms", drop=3),
+    Col("after", "a_compute", "ms", drop=3),
     Col("Comm ms", "b_comm", "ms"),
     Col("after", "a_comm", "ms"),
-    Col("Exposed ms", "b_exposed", "ms"),
-    Col("after", "a_exposed", "ms"),
-    Col("Overlap %", "b_overlap", "pct"),
-    Col("after", "a_overlap", "pct"),
+    Col("Exposed ms", "b_exposed", "ms", drop=2),
+    Col("after", "a_exposed", "ms", drop=2),
+    Col("Overlap %", "b_overlap", "pct", drop=1),
+    Col("after", "a_overlap", "pct", drop=1),
 ]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from traceconv.render.columns import left_out
 from traceconv.units import NULL
 
 
@@ -37,14 +38,16 @@ def table_text(batches: Iterable[pa.RecordBatch], limit: int, width: int) -> Ite
         rows += batch.num_rows
     if names is None:  # a statement with no result (SET ...)
         return
-    widths = [max([len(n), *(len(r[i]) for r in kept)]) for i, n in enumerate(names)]
-    widths = _fitted(widths, numeric, width)
-    yield _line(names, widths, numeric) + "\n"
-    yield _line(["-" * w for w in widths], widths, numeric) + "\n"
+    widths = _fitted([max([len(n), *(len(r[i]) for r in kept)]) for i, n in enumerate(names)], numeric, width)
+    cols = len(widths)  # the columns that fit, from the left
+    yield _line(names[:cols], widths, numeric[:cols]) + "\n"
+    yield _line(["-" * w for w in widths], widths, numeric[:cols]) + "\n"
     for r in kept:
-        yield _line(r, widths, numeric) + "\n"
+        yield _line(r[:cols], widths, numeric[:cols]) + "\n"
     shown = f"{len(kept):,} shown; --limit 0 shows all, --format csv or json writes all" if len(kept) < rows else ""
     yield f"({rows:,} row{'s' if rows != 1 else ''}{'; ' + shown if shown else ''})\n"
+    for line in left_out(names[cols:], width):
+        yield line + "\n"
 
 
 def csv_text(batches: Iterable[pa.RecordBatch]) -> Iterator[str]:
@@ -86,12 +89,16 @@ def _cell(v: Any) -> str:
 
 
 def _fitted(widths: list[int], numeric: list[bool], width: int) -> list[int]:
-    """Shorten the widest text columns until the table fits ``width`` (none below 12)."""
+    """The widths of the columns that fit ``width``: the widest text columns shortened first (none below
+    12), then the columns on the right left out (the first is always shown)."""
     widths = list(widths)
     while sum(widths) + 2 * (len(widths) - 1) > width:
-        text = [i for i, n in enumerate(numeric) if not n and widths[i] > 12]
+        text = [i for i, n in enumerate(numeric[: len(widths)]) if not n and widths[i] > 12]
         if not text:
-            break
+            if len(widths) == 1:
+                break
+            widths.pop()
+            continue
         widest = max(text, key=lambda i: widths[i])
         widths[widest] = max(12, widths[widest] - (sum(widths) + 2 * (len(widths) - 1) - width))
     return widths

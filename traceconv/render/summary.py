@@ -18,10 +18,11 @@ from traceconv.analyses.results import (
 )
 from traceconv.analyses.summary import SummaryReport, report_dict
 from traceconv.names import kernel_label
+from traceconv.render.columns import Col
 from traceconv.render.memory import memory_section
 from traceconv.render.ranks import summary_rank_lines
-from traceconv.render.table import Col, Doc, json_document
-from traceconv.units import mb, ms, us
+from traceconv.render.table import Doc, json_document
+from traceconv.units import count, ms, size, us
 
 TABLE_WIDTH = 100
 SORTED_BY = {
@@ -36,7 +37,7 @@ SHORT_LISTS = 5  # rows of the ranges and kernels tables in a terminal
 OP_COLS = [
     Col("GPU self ms", "gpu_self_ns", "ms"),
     Col("GPU total ms", "gpu_total_ns", "ms"),
-    Col("CPU ms", "cpu_total_ns", "ms"),
+    Col("CPU ms", "cpu_total_ns", "ms", drop=1),
     Col("CPU self ms", "cpu_self_ns", "ms"),
     Col("Calls", "calls", "int"),
     Col("Operator [input dims]", "label", shrink=True),
@@ -53,8 +54,8 @@ KERNEL_COLS = [
     Col("Exec ms", "dur_ns", "ms"),
     Col("Count", "count", "int"),
     Col("Avg µs", "avg_ns", "us"),
-    Col("Queue avg µs", "queue_avg_ns", "us"),
-    Col("Occ %", "occupancy_pct", "pct"),
+    Col("Queue avg µs", "queue_avg_ns", "us", drop=1),
+    Col("Occ %", "occupancy_pct", "pct", drop=2),
     Col("Kernel", "label", shrink=True),
 ]
 COPY_COLS = [
@@ -62,10 +63,10 @@ COPY_COLS = [
     Col("Count", "count", "int"),
     Col("MB", "mb", "pct"),
     Col("ms", "dur_ns", "ms"),
-    Col("GB/s", "bandwidth_gbps", "pct"),
+    Col("GB/s", "bandwidth_gbps", "pct", drop=1),
     Col("GPU %", "gpu_time_pct", "pct"),
-    Col("Pageable", "pageable_count", "int"),
-    Col("Pinned", "pinned_count", "int"),
+    Col("Pageable", "pageable_count", "int", drop=2),
+    Col("Pinned", "pinned_count", "int", drop=2),
     Col("Issued by", "issuer", shrink=True),
 ]
 
@@ -169,16 +170,16 @@ def _syncs(doc: Doc, r: SummaryReport) -> None:
     st = r.steps
     if st:
         n = st.count
-        copies = ", ".join(f"{k} {v.count / n:.1f} ({mb(v.bytes / n)})" for k, v in st.memcpy.items())
+        copies = ", ".join(f"{k} {count(v.count / n)} ({size(v.bytes / n)})" for k, v in st.memcpy.items())
         doc.line(
-            f"Per step ({n} steps): syncs {st.sync.count / n:.1f} ({us(st.sync.dur_ns / n)}; "
+            f"Per step ({n} steps): syncs {count(st.sync.count / n)} ({us(st.sync.dur_ns / n)}; "
             f"{_sync_kinds(st.sync, n)}); copies {copies or 'none'}"
         )
 
 
 def _sync_kinds(s: object, n: int) -> str:
     kinds: list[tuple[str, SyncTally]] = [(w, getattr(s, k)) for k, w in SYNC_KINDS.items()]
-    return ", ".join(f"{w} {t.count / n:g}" for w, t in kinds)
+    return ", ".join(f"{w} {count(t.count / n)}" for w, t in kinds)
 
 
 # -- GPU metrics -------------------------------------------------------------------------------
@@ -187,9 +188,9 @@ METRIC_COLS = [
     Col("SMs active %", "sm_active_pct", "pct"),
     Col("SM issue %", "sm_issue_pct", "pct"),
     Col("Warps in flight %", "warps_in_flight_pct", "pct"),
-    Col("Tensor %", "tensor_active_pct", "pct"),
-    Col("DRAM read %", "dram_read_pct", "pct"),
-    Col("DRAM write %", "dram_write_pct", "pct"),
+    Col("Tensor %", "tensor_active_pct", "pct", drop=1),
+    Col("DRAM read %", "dram_read_pct", "pct", drop=2),
+    Col("DRAM write %", "dram_write_pct", "pct", drop=3),
 ]
 
 

@@ -11,39 +11,31 @@ import json
 import math
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from traceconv.analyses.finding import Finding
-from traceconv.units import CELLS, NULL
-
-_MIN_NAME = 12  # a document's name column shrinks to this before a table may exceed the width
-
-
-@dataclass(frozen=True)
-class Col:
-    """One column of a terminal table: its header, the DataFrame column and how to show it."""
-
-    header: str
-    source: str
-    fmt: str = "text"  # a key of units.CELLS
-    shrink: bool = False  # the one column that gives way (with "…") when the table is too wide
-    null: str = NULL
+from traceconv.names import fit
+from traceconv.render.columns import Col, fit_columns, left_out
+from traceconv.units import CELLS
 
 
 def text_table(df: pd.DataFrame, cols: Sequence[Col], width: int = 160, min_shrink: int = 24) -> str:
-    """``df`` as an aligned table no wider than ``width`` (the ``shrink`` column is shortened)."""
+    """``df`` as an aligned table no wider than ``width``: the ``shrink`` columns give way first, down to
+    ``min_shrink`` characters (names cut where they differ: :func:`names.fit`), then the columns with a
+    ``drop`` rank are left out, highest first, and a last line names them."""
     cells = [[_cell(v, c) for v in df[c.source].tolist()] for c in cols]
-    widths = [max([len(c.header), *map(len, col)]) for c, col in zip(cols, cells, strict=True)]
-    fixed = sum(w for w, c in zip(widths, cols, strict=True) if not c.shrink) + 2 * (len(cols) - 1)
-    for i, c in enumerate(cols):
-        if c.shrink:
-            widths[i] = min(widths[i], max(min_shrink, len(c.header), width - fixed))
-            cells[i] = [_shorten(v, widths[i]) for v in cells[i]]
-    lines = [_line([c.header for c in cols], cols, widths), _line(["-" * w for w in widths], cols, widths)]
-    lines += [_line([col[r] for col in cells], cols, widths) for r in range(len(df))]
+    natural = [max([len(c.header), *map(len, col)]) for c, col in zip(cols, cells, strict=True)]
+    shown, widths = fit_columns(cols, natural, width, min_shrink)
+    for i in shown:
+        if cols[i].shrink:
+            cells[i] = fit(cells[i], widths[i])
+    kept = [cols[i] for i in shown]
+    sizes = [widths[i] for i in shown]
+    lines = [_line([c.header for c in kept], kept, sizes), _line(["-" * w for w in sizes], kept, sizes)]
+    lines += [_line([cells[i][r] for i in shown], kept, sizes) for r in range(len(df))]
+    lines += left_out([c.header for i, c in enumerate(cols) if i not in shown], width)
     return "\n".join(lines)
 
 
@@ -51,10 +43,6 @@ def _cell(v: Any, col: Col) -> str:
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return col.null
     return CELLS[col.fmt](v)
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _line(values: Sequence[str], cols: Sequence[Col], widths: Sequence[int]) -> str:
@@ -104,9 +92,10 @@ class Doc:
         self.lines += [f"# {text}", ""] if self.markdown else [_fit(text, self.width)]
 
     def heading(self, text: str) -> None:
-        self.lines += ["", f"## {text}" if self.markdown else f"{text}:"]
         if self.markdown:
-            self.lines.append("")
+            self.lines += ["", f"## {text}", ""]
+        else:
+            self.lines += ["", *textwrap.wrap(f"{text}:", self.width, subsequent_indent="  ")]
 
     def line(self, text: str) -> None:
         if self.markdown:
@@ -125,7 +114,7 @@ class Doc:
         if self.markdown:
             self.lines += _md_table(df, cols)
         else:
-            self.lines += text_table(df, cols, self.width, min_shrink=_MIN_NAME).splitlines()
+            self.lines += text_table(df, cols, self.width, min_shrink=max(12, min(30, self.width // 4))).splitlines()
 
     def findings(self, findings: Sequence[Finding]) -> None:
         if not findings:

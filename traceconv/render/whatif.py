@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from traceconv.analyses.whatif import WhatIf, as_dict
 from traceconv.analyses.whatif.path import PARTS
-from traceconv.render.table import Col, Doc, json_document
+from traceconv.render.columns import Col
+from traceconv.render.table import Doc, json_document
 from traceconv.units import ms
 
 PART_WORDS = {

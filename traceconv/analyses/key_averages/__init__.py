@@ -46,10 +46,9 @@ def load(path: str | Path, by_shape: bool = False, stack_n: int = 0) -> pa.Table
         return table.replace_schema_metadata(meta)
     meta = io.trace_metadata(path)["trace"]
     lean = [c for c in INPUT_COLUMNS if c != "args"]
-    main = io.read_table(path, kinds=[k for k in KINDS if k != "other"], columns=lean)
-    other = io.read_table(path, kinds=["other"], columns=lean)
-    spans = other.filter(pc.equal(other["category"].cast(pa.string()), "Trace"))
-    table = pa.concat_tables([main, spans])
+    kind, category = pc.field("kind"), pc.field("category")
+    rows = kind.isin([k for k in KINDS if k != "other"]) | ((kind == "other") & (category == "Trace"))
+    table = io.read_table(path, columns=lean, filters=rows)
     if by_shape or stack_n or meta.get("with_flops"):
         args = io.read_table(path, kinds=["cpu_op", "nvtx"], columns=["event_id", "args"])
         table = table.join(args, "event_id", join_type="left outer")

@@ -75,8 +75,8 @@ def measure(ev: Events, stack_n: int = 0) -> Measured:
     alive[ci[tree.folded]] = False
     rows = np.flatnonzero(alive)
     parent = _among(tree.full_parent(len(ev)), rows)
-    if stack_n and ev.stacks is not None:
-        frame["stack"] = _stacks(ev, rows, parent, stack_n)
+    if stack_n:  # an input without stacks (an Nsight Systems export) groups every event under no stack
+        frame["stack"] = _stacks(ev, rows, parent, stack_n) if ev.stacks is not None else pd.Series([()] * len(ev))
     if ev.kernels_us is not None:
         _floats(frame, ev, ci, tree.parent, ~tree.folded, tree.kernels_of)
     return Measured(frame.iloc[rows].reset_index(drop=True), parent)

@@ -34,7 +34,7 @@ from traceconv.analyses.summary.advice import fix, idle_fix, tiny_fix
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.names import kernel_label, shorten
-from traceconv.units import mb, ms, us
+from traceconv.units import count, mb, ms, us
 
 CODES = (
     "HOST_DEVICE_COPIES",
@@ -161,8 +161,8 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
     causes = _causes(gaps.result_wait_ops[:4] or sync.ops[:4], program, sync.calls[:3])
     head = (
-        f"{value:.1f} host syncs per step wait for a GPU result ({calls}, {us(sync.dur_ns / scope.steps)} "
-        "blocked per step)"
+        f"{count(value)} host syncs per step wait for a GPU result ({calls}, "
+        f"{us(sync.dur_ns / scope.steps)} blocked per step)"
         if per_step
         else f"{sync.stalls:,} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
         f"window ({calls}, {us(sync.dur_ns)} blocked)"
@@ -188,7 +188,7 @@ def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Findi
     each = " per step" if scope.name == "steps" else ""
     causes = "; ".join(f"{o.label} x{o.count}" for o in (gaps.staging_ops or staged.ops)[:4])
     msg = (
-        f"{value:.1f} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host while they "
+        f"{count(value)} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host while they "
         f"are staged through a pinned buffer ({us(blocked / n)}{each}), and the GPU's queue drains meanwhile "
         f"(idle {ms(per.per_step(gaps.staging_ns))} a step after them); from {causes}; {_wins(per, saving)}. "
         f"Fix: {fix('PAGEABLE_COPIES', program)}"

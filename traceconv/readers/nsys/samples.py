@@ -5,7 +5,11 @@
 ``name`` is the metric's name from ``TARGET_INFO_GPU_METRICS`` (joined on ``typeId`` and
 ``metricId``, as NVIDIA's recipes join them: metric ids are numbered per type and change
 between versions and GPUs), ``unit`` the unit in its brackets (``[Throughput %]`` -> ``%``,
-``[MHz]``), ``value`` the value as written, ``device`` the GPU in the low byte of ``typeId``
+``[MHz]``), ``value`` the value in that unit: as written, except the clocks, which nsys 2025.3
+names ``[MHz]`` and writes in Hz (1,979,390,672 for a 1,979 MHz clock; see :data:`HZ`). The
+``[Avg]`` metrics (``Compute Warps in Flight [Avg]``) are kept as written: each is the sum of
+warps over the sample's cycles, which 2025.3.1 wraps at 24 bits, not an average (the same
+metric ``[Avg Warps per Cycle]`` is that sum per cycle). ``device`` the GPU in the low byte of ``typeId``
 (``<hardware:8><VM:8><source:16><tag:24><GPU:8>``) as CUDA numbers it (``TARGET_INFO_GPU``'s
 ``cuDevice``, where the export has it). Seen in 2025.3.1 and 2025.3.2 exports; an info table
 without ``typeId`` is joined on ``metricId`` alone, and a metric it does not name is ``metric N``.
@@ -52,6 +56,10 @@ MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 _UNIT = re.compile(r"\[(?:Throughput )?([^\]]*)\]\s*$")
 _MEMORY_USED = frozenset({"start", "globalPid", "deviceId", "contextId", "streamId", "correlationId", "bytes"})
 MEMORY_TEXTS = frozenset({"name"})  # the variable's name, when the allocation has one
+
+
+# No GPU clock reaches 100 GHz: a "[MHz]" value above this was written in Hz.
+HZ = 100_000.0
 
 
 def unit_of(name: str) -> str | None:
@@ -113,10 +121,19 @@ def metrics(t: pa.Table, names: MetricNames) -> Part:
         "name": name,
         "unit": unit,
         "device": names.devices(type_id),
-        "value": value.cast(pa.float64()) if value is not None else pa.nulls(n, pa.float64()),
+        "value": _in_unit(value.cast(pa.float64()), unit) if value is not None else pa.nulls(n, pa.float64()),
     }
     none = np.full(n, NONE, dtype=np.int64)
     return Part(METRICS, cols, at, at.copy(), none, none.copy(), none.copy())
+
+
+def _in_unit(value: pa.Array, unit: DictCol) -> pa.Array:
+    """Values in their unit: a clock written in Hz under a "[MHz]" name, in MHz (see :data:`HZ`)."""
+    hz = pa.array(_is(unit, "MHz")) if "MHz" in unit.dictionary.to_pylist() else None
+    if hz is None:
+        return value
+    hz = pc.and_(hz, pc.greater_equal(value, HZ))
+    return pc.if_else(hz, pc.divide(value, 1e6), value)
 
 
 def memory_columns(db: Database) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from traceconv import schema as S
-from traceconv.errors import TraceconvError
+from traceconv.errors import InputError, TraceconvError
 from traceconv.parquet_join import NewWriter, Piece, encode
 from traceconv.process import paused_gc, return_freed_memory
 from traceconv.readers.arrow_util import identity
@@ -182,6 +182,10 @@ class PytorchReader:
         if state is None:
             state = self._pass1(progress)
         index, spill, op_spill, top = state
+        if not self._events:
+            for held in (spill, op_spill):
+                held.close()
+            raise self._no_events()
         try:
             self._describe(top, spill.min_start)
             try:
@@ -195,6 +199,17 @@ class PytorchReader:
         return_freed_memory()
         self._devices = Devices.kineto(self.info.metadata.get("deviceProperties"))
         return index, spill, int(self.info.metadata.get("baseTimeNanoseconds") or 0)
+
+    def _no_events(self) -> InputError:
+        """A trace without one event to convert: said, not written as an empty file."""
+        if self.info.partial:
+            return InputError(self.path, "holds no complete event: every event was damaged", "re-copy the file")
+        return InputError(
+            self.path,
+            "holds no events (its array of events is empty): nothing to convert",
+            "profile again with the profiler recording (an active step of its schedule, prof.step() in the loop) "
+            "and export that trace",
+        )
 
     def _group(self, index: LinkIndex, group: list[pa.Table], base: int) -> pa.Table:
         """One row group's tables, linked and stamped (pure given the index: runs in pass-2 workers)."""
