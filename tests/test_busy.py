@@ -33,11 +33,17 @@ from traceconv.errors import ResourceError
 
 from .conftest import fixture
 
-SYNC = "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
+SYNC = (
+    "SELECT start_ns AS s, end_ns AS e FROM sync_calls WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL "
+    # and the copy calls that returned after their own copy ended (synchronous in effect)
+    "UNION ALL SELECT c.start_ns, c.end_ns FROM events c JOIN events m ON m.kind = 'memcpy' "
+    "AND m.launch_event_id = c.event_id WHERE c.kind = 'cuda_api' AND c.end_ns >= m.end_ns AND m.end_ns >= c.start_ns"
+)
 API = f"SELECT start_ns AS s, end_ns AS e FROM ({HOST_RANGES}) WHERE kind = 'cuda_api' AND end_ns IS NOT NULL"
 # The GPU rows and their queued spans, written here apart from busy.py's queries.
 GPU_ROWS = (
-    "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, start_ns AS s, end_ns AS e FROM events "
+    "SELECT coalesce(CAST(device AS VARCHAR), 'unknown') AS dev, start_ns AS s, end_ns AS e, "
+    "CASE WHEN kind <> 'kernel' THEN 2 WHEN lower(name) LIKE '%nccl%' THEN 1 ELSE 0 END AS klass FROM events "
     "WHERE kind IN ('kernel', 'memcpy', 'memset') AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
 )
 QUEUED = (
@@ -95,8 +101,11 @@ def _gap_costs(
     return out
 
 
-def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[dict, list, list]:
-    gdev, gs, ge = _rows(source, GPU_ROWS)
+def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[dict, list, list, np.ndarray]:
+    rows = source.arrow(f"SELECT * FROM ({GPU_ROWS}) WHERE s IS NOT NULL AND e IS NOT NULL AND e > s")
+    gdev = np.array([str(d) for d in rows["dev"].to_pylist()])
+    gs, ge, gk = (rows[c].to_numpy().astype(np.int64) for c in ("s", "e", "klass"))
+    each = np.zeros((len(windows[-1][0]), 3 + len(GAP_KINDS)), np.int64)  # the last scope's windows, one by one
     qdev, qs, qe = _rows(source, QUEUED)
     _, ys, ye = _rows(source, SYNC)
     _, as_, ae = _rows(source, API)
@@ -129,7 +138,23 @@ def _independent(source: Source, windows: list[tuple[np.ndarray, np.ndarray]]) -
         # the nested unions, as the sweep's cascade has them: B, B u Q, B u Q u Y, B u Q u Y u A
         nested = [np.logical_or.reduce(cover[: n + 1]) for n in range(4)]
         gaps += _gap_costs(a, length, nested, insides, B.LAUNCH_GAP_NS)
-    return busy, causes.tolist(), gaps.tolist()
+        # the last scope's windows one by one: the GPU rows by class (compute, then communication,
+        # then copies where they overlap), then the gaps by kind
+        by_class = []
+        for k in range(3):
+            mine = (gdev == dev) & (gk == k)
+            diff = np.zeros(len(cuts) + 1, np.int64)
+            np.add.at(diff, np.searchsorted(cuts, gs[mine]), 1)
+            np.add.at(diff, np.searchsorted(cuts, ge[mine]), -1)
+            by_class.append(np.cumsum(diff)[: len(a)] > 0)
+        first_class = np.select(by_class, [0, 1, 2], 3)
+        ws, we = windows[-1]
+        one_by_one = [(a >= s) & (b <= e) for s, e in zip(ws, we, strict=True)]
+        for w, inside in enumerate(one_by_one):
+            for k in range(3):
+                each[w, k] += int(length[inside & (first_class == k)].sum())
+        each[:, 3:] += _gap_costs(a, length, nested, one_by_one, B.LAUNCH_GAP_NS)
+    return busy, causes.tolist(), gaps.tolist(), each
 
 
 @pytest.mark.parametrize(
@@ -173,14 +198,19 @@ def test_the_sweep_equals_an_independent_count(
         Y.classify(source)  # the syncs classified: what the independent count reads
         lo, hi = source.arrow("SELECT min(start_ns) AS lo, max(end_ns) AS hi FROM events").to_pylist()[0].values()
         windows = _windows(int(lo), int(hi))
-        want_busy, want_causes, want_gaps = _independent(source, windows)
-        got = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, windows)  # what the summary's sweep reads
+        want_busy, want_causes, want_gaps, want_each = _independent(source, windows)
+        # what the summary's sweep reads, the last scope's windows also one by one
+        got = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, windows, per_window=[False, True])
     if slice_rows < B.SLICE_ROWS:
         assert max(slices) > 3  # the time line was cut into slices
     assert bool(sorted_by_duckdb) == (held == 0)
     assert sum(c for k in want_causes for c in k) > 0 and any(v[0] for v in want_busy.values())  # not vacuous
     assert all(sum(g) for g in want_gaps)  # not vacuous
-    for k, (times, idle, gaps) in enumerate(got):
+    assert got[0].per_window is None and got[1].per_window is not None
+    assert got[1].per_window.tolist() == want_each.tolist()
+    assert want_each[:, :3].sum() > 0 and want_each[:, 3:].sum() > 0  # not vacuous
+    for k, swept in enumerate(got):
+        times, idle, gaps = swept.times, swept.idle, swept.gaps
         assert {d: t.busy_ns for d, t in times.items()} == {d: v[k] for d, v in want_busy.items()}
         assert [idle.queued, idle.host_sync, idle.host_launch, idle.host_other] == want_causes[k]
         assert [getattr(gaps, name) for name in GAP_KINDS] == want_gaps[k]

@@ -120,10 +120,16 @@ def test_cli_json_has_before_after_delta_and_table_fits_100_columns() -> None:
     d = json.loads(out.output)
     assert set(d) == {"scope", "note", "before", "after", "delta", "notes"}
     assert len(d["before"]["top_ops"]) == 3 and len(d["delta"]["top_kernels"]) == 3
+    # each side's critical path: the median step by what it waited for, its parts summing to it; the fix
+    # took the host's work (the weights built on the CPU) off the path
+    paths = [d[side]["critical_path"] for side in ("before", "after")]
+    assert all(sum(p["parts"].values()) == p["step_ns"] for p in paths)
+    assert paths[0]["parts"]["host_ops"] > 10 * paths[1]["parts"]["host_ops"]
     table = CliRunner().invoke(main, ["diff", str(BUGGY), str(FIXED)], env={"COLUMNS": "100"})
     lines = table.output.splitlines()
     assert max(map(len, lines)) <= 100
     assert "gone: PAGEABLE_COPIES, HOST_DEVICE_COPIES" in lines  # by what their fixes won
+    assert any(line.startswith("Critical path of the median step: host in operators and ranges") for line in lines)
     assert "result waits 2 -> 0, pageable staging 3 -> 2" in lines
     assert any(line.startswith("DtoH") and line.endswith("disappeared") for line in lines)
 

@@ -58,6 +58,8 @@ def test_the_planted_problem_is_the_top_finding_and_healthy_runs_are_quiet(
         return
     assert severe, f"nothing of medium or high severity for {case['problem']}"
     assert severe[0]["code"] in case["codes"], (case["problem"], [(f["code"], f["saving_pct"]) for f in severe])
+    planted = case.get("planted", case["codes"][0])
+    assert planted in {f["code"] for f in severe}, (planted, [(f["code"], f["severity"]) for f in d["findings"]])
     savings = [f["saving_ns"] for f in d["findings"] if f["saving_ns"] is not None]
     assert savings == sorted(savings, reverse=True)
 
@@ -74,3 +76,35 @@ def test_steps_are_measured_as_the_gpu_ran_them(case: dict[str, Any], summaries:
     assert (steps["host_ahead_ns"] > 0) == (truth["host_ahead_ns"] > 0) or abs(truth["host_ahead_ns"]) < 0.01 * truth[
         "step_ns"
     ]
+
+
+PROJECTED = [c for c in MANIFEST["profiles"] if c["file"].startswith("planted/") and c["file"].endswith(".sqlite")]
+
+
+@pytest.mark.parametrize("case", [c for c in PROJECTED if c.get("graphs") != "whole"], ids=lambda c: c["file"])
+def test_each_steps_gpu_work_is_nvidias_nvtx_projection(case: dict[str, Any]) -> None:
+    """NVIDIA's own `nsys stats --report nvtx_gpu_proj_trace` projects each NVTX range onto the GPU
+    work its calls launched: a step's first GPU start and last GPU end are the same here."""
+    import csv
+    import lzma
+
+    from traceconv.analyses.prepare import prepare
+
+    csv_path = FIXTURES / case["file"].replace(".sqlite", "_nvtx_gpu_proj_trace.csv.xz")
+    with lzma.open(csv_path, "rt") as f:
+        rows = [r for r in csv.DictReader(f) if r["Name"].lstrip(":").startswith("step_")]
+    nvidia = {
+        int(r["Orig Duration (ns)"]): (
+            int(r["Projected Start (ns)"]) - int(r["Orig Start (ns)"]),
+            int(r["Projected Start (ns)"]) + int(r["Projected Duration (ns)"]) - int(r["Orig Start (ns)"]),
+        )
+        for r in rows
+    }
+    steps = prepare(load(_of_path(case), columns=INPUT_COLUMNS)).steps
+    assert steps is not None and steps.count >= 3
+    for cs, ce, gs, ge in zip(steps.cpu_start_ns, steps.cpu_end_ns, steps.gpu_start_ns, steps.gpu_end_ns, strict=True):
+        assert nvidia[int(ce - cs)] == (int(gs - cs), int(ge - cs))
+
+
+def _of_path(case: dict[str, Any]) -> Path:
+    return fixture(case["file"], packed=case.get("xz", False))

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from traceconv.analyses.common import load
 from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.summary import as_dict, summarize
 from traceconv.analyses.whatif import whatif
 from traceconv.cli import main
 
@@ -91,3 +92,21 @@ def test_the_cli_says_what_it_predicts_and_refuses_what_it_cannot() -> None:
     assert none.exit_code == 2 and "name a change" in none.output
     steps = CliRunner().invoke(main, ["whatif", str(fixture("pytorch/h200/seed_linear.json")), "--remove", "syncs"])
     assert steps.exit_code == 2 and "marks no steps" in steps.output
+
+
+@pytest.mark.parametrize(
+    "rel", ["pytorch/h200/train_buggy.pt.trace.json.gz", "nsys/h200/buggy.sqlite", "nsys/h200/fixed.sqlite"]
+)
+def test_summary_and_whatif_break_the_step_down_alike(rel: str) -> None:
+    """Two computations of the critical path: the summary's sweep (DuckDB, slice by slice) and the
+    replay's arrays. The GPU's parts are the same union of the same rows; the idle parts are charged
+    alike but for one difference: whatif counts a staged copy's call as a wait, the sweep as a CUDA call."""
+    path = fixture(rel)
+    d = as_dict(summarize(load(path, columns=INPUT_COLUMNS)), 0)
+    s = d["critical_path"]
+    w = _run(path, [], ["host=1"]).critical_path
+    assert sum(s["parts"].values()) == s["step_ns"] == d["steps"]["median_ns"] == w.step_ns
+    for part in ("gpu_compute", "gpu_copies", "gpu_communication", "gpu_wait"):
+        assert s["parts"][part] == w.parts[part], part
+    for part, ns in s["parts"].items():
+        assert abs(ns - w.parts[part]) <= 0.01 * s["step_ns"], part

@@ -24,6 +24,7 @@ from traceconv.analyses.results import (
     Bound,
     CopyChange,
     CopyTotals,
+    CriticalPath,
     DeviceChange,
     DeviceTime,
     FindingChanges,
@@ -42,6 +43,7 @@ from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, utilisation_of
 from traceconv.analyses.summary.findings import evaluate
 from traceconv.analyses.summary.measure import ScopeStats, measure
+from traceconv.analyses.summary.path import of_scope
 from traceconv.analyses.summary.scopes import Scope, step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 
@@ -131,6 +133,7 @@ class SideReport:
     sync: SyncShares
     findings: list[Finding]
     gpu_metrics: Utilisation
+    critical_path: CriticalPath | None = None  # the median step by what it waited for (steps only)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ def side_report(side: Side, top: int) -> SideReport:
         ),
         findings=side.findings,
         gpu_metrics=side.gpu_metrics,
+        critical_path=of_scope(s),
     )
 
 

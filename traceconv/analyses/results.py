@@ -173,6 +173,32 @@ class LaunchFacts:
 
 
 @dataclasses.dataclass(frozen=True)
+class CriticalPath:
+    """A step's time by what it waited for (``parts``, ns, in :data:`PATH_PARTS` order; they sum to
+    ``step_ns``): the median step's; ``median_ns``: each part's median over the steps; ``longest``: the
+    GPU work that took most of a step (name, ns a step)."""
+
+    step_ns: int
+    parts: dict[str, int]
+    median_ns: dict[str, int] = dataclasses.field(default_factory=dict)
+    longest: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+# The parts of a step's critical path: the GPU running work (by class), or the GPU idle and the step
+# waiting for what kept it so (the idle gap's cause).
+PATH_PARTS = (
+    "gpu_compute",
+    "gpu_copies",
+    "gpu_communication",
+    "sync_wait",
+    "launch",
+    "host_ops",
+    "host_other",
+    "gpu_wait",
+)
+
+
+@dataclasses.dataclass(frozen=True)
 class Lack:
     """Something a profile does not hold: what it is, what it leaves unanswered, and how to record it."""
 
@@ -203,7 +229,7 @@ class IdleGaps:
     launch_ns: int  # short gaps: the host issued work more slowly than the GPU ran it
     host_ns: int  # long gaps: the host's own work (data pipeline, Python, CPU operators, CUDA calls)
     host_api_ns: int  # of host_ns: gaps that began with the host inside a CUDA call (loading, allocating ...)
-    host_outside_ops_ns: int  # of host_ns: outside any operator
+    host_outside_ops_ns: int  # of host_ns: outside every operator and annotation (steps aside)
     result_wait_ops: list[OpTally]  # the operators whose syncs the result-wait gaps followed
     staging_ops: list[OpTally]
     host_activity: list[HostActivity]  # the ranges the host was in during the long gaps, most time first

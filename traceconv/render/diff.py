@@ -12,6 +12,7 @@ from traceconv.analyses.diff import DiffReport, report_dict
 from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare
 from traceconv.names import kernel_label
 from traceconv.render.columns import Col
+from traceconv.render.path import path_change
 from traceconv.render.ranks import RANK_CHANGE_COLS, rank_change_rows
 from traceconv.render.summary import SHORT_LISTS, TABLE_WIDTH
 from traceconv.render.table import Doc, json_document
@@ -76,6 +77,8 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
         f"GPU time per {unit}: {ms(b.gpu_time_ns)} -> {ms(a.gpu_time_ns)}; verdict "
         f"{b.bound.verdict} ({b.bound.gpu_busy_pct:.1f}% busy) -> {a.bound.verdict} ({a.bound.gpu_busy_pct:.1f}% busy)"
     )
+    if b.critical_path is not None and a.critical_path is not None:
+        doc.line(path_change(b.critical_path, a.critical_path))
     _findings(doc, delta.findings)
     _gpu_metrics(doc, b.gpu_metrics, a.gpu_metrics)
     if d.ranks:

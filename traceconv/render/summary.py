@@ -20,6 +20,7 @@ from traceconv.analyses.summary import SummaryReport, report_dict
 from traceconv.names import kernel_label
 from traceconv.render.columns import Col
 from traceconv.render.memory import memory_section
+from traceconv.render.path import path_line
 from traceconv.render.ranks import summary_rank_lines
 from traceconv.render.table import Doc, json_document
 from traceconv.units import count, ms, size, us
@@ -127,6 +128,8 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
     b = r.bound
     per = s.count if s and b.scope == "steps" else 1
     doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{gap_words(r.idle_gaps, per)})")
+    if r.critical_path is not None:
+        doc.line(path_line(r.critical_path))
 
 
 def gap_words(g: IdleGaps, per: int) -> str:

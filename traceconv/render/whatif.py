@@ -5,19 +5,10 @@ from __future__ import annotations
 from traceconv.analyses.whatif import WhatIf, as_dict
 from traceconv.analyses.whatif.path import PARTS
 from traceconv.render.columns import Col
+from traceconv.render.path import PART_WORDS
 from traceconv.render.table import Doc, json_document
 from traceconv.units import ms
 
-PART_WORDS = {
-    "gpu_compute": "GPU compute",
-    "gpu_copies": "GPU copies",
-    "gpu_communication": "GPU communication",
-    "sync_wait": "sync waits",
-    "launch": "launch overhead",
-    "host_ops": "host in operators and ranges",
-    "host_other": "other host time",
-    "gpu_wait": "GPU waits on itself",
-}
 PATH_COLS = [Col("Part of the step", "part"), Col("Before ms", "before", "ms"), Col("After ms", "after", "ms")]
 CHANGE_COLS = [
     Col("Change", "what", shrink=True),

@@ -33,6 +33,7 @@ from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.ranks.model import RankRow
 from traceconv.analyses.results import (
     Copies,
+    CriticalPath,
     DeviceTime,
     IdleGaps,
     KernelRow,
@@ -52,6 +53,7 @@ from traceconv.analyses.summary.attribution import ops as O
 from traceconv.analyses.summary.coverage import lacks
 from traceconv.analyses.summary.findings import evaluate, memory_findings
 from traceconv.analyses.summary.measure import ScopeStats
+from traceconv.analyses.summary.path import of_scope
 from traceconv.analyses.summary.scopes import step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import UsageError
@@ -75,6 +77,7 @@ class Summary:
     gpu_metrics: U.Utilisation = field(default_factory=dict)  # per device, GPU metrics' means in the focus scope
     lived: Steps | None = None  # the steps, as the program lived them
     lacks: list[Lack] = field(default_factory=list)  # what the profile does not hold
+    critical_path: CriticalPath | None = None  # each step's time by what it waited for (steps only)
 
     @property
     def focus(self) -> ScopeStats:
@@ -141,6 +144,7 @@ def summarize(
         gpu_metrics=utilisation,
         lived=facts.steps,
         lacks=lacks(source, facts),
+        critical_path=of_scope(steps),
     )
 
 
@@ -221,6 +225,7 @@ class SummaryReport:
     gpu_metrics: U.Utilisation  # per device: GPU metrics' means over the findings' scope
     idle_gaps: IdleGaps  # the focus scope's idle gaps by cause: what each fix would win, at most
     lacks: list[Lack]  # what the profile does not hold, what that hides, how to record it
+    critical_path: CriticalPath | None  # the steps' time by what they waited for (null without steps)
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -249,6 +254,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         gpu_metrics=s.gpu_metrics,
         idle_gaps=s.focus.gaps,
         lacks=s.lacks,
+        critical_path=s.critical_path,
     )
 
 

@@ -161,7 +161,8 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
     causes = _causes(gaps.result_wait_ops[:4] or sync.ops[:4], program, sync.calls[:3])
     head = (
-        f"{count(value)} host syncs per step wait for a GPU result ({calls}, "
+        f"{count(value)} host sync{'' if value == 1 else 's'} per step wait{'s' if value == 1 else ''} for a GPU "
+        f"result ({calls}, "
         f"{us(sync.dur_ns / scope.steps)} blocked per step)"
         if per_step
         else f"{sync.stalls:,} host syncs wait for a GPU result and are followed by more GPU work in the profiled "
@@ -261,8 +262,8 @@ def _host_doing(stats: ScopeStats, launch: int) -> str:
         outside = gaps.host_outside_ops_ns * 100.0 / gaps.host_ns
         ranges = ", ".join(f"{shorten(a.name, 40)} {ms(per.per_step(a.overlap_ns))}" for a in gaps.host_activity[:3])
         out.append(
-            f"{ms(per.per_step(gaps.host_ns))} in long gaps (the host's own work, {outside:.0f}% of it outside any "
-            f"operator: Python, data loading{'; in ' + ranges if ranges else ''})"
+            f"{ms(per.per_step(gaps.host_ns))} in long gaps (the host's own work, {outside:.0f}% of it outside every "
+            f"operator and range: Python, data loading{'; in ' + ranges if ranges else ''})"
         )
     if launch:
         out.append(f"{ms(per.per_step(launch))} in short gaps between launches (operator dispatch, launch calls)")

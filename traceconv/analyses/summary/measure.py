@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -28,7 +29,7 @@ from traceconv.analyses.summary.attribution import leaves as L
 from traceconv.analyses.summary.attribution import syncs as Y
 from traceconv.analyses.summary.attribution.tree import BATCH_ROWS as TREE_BATCH_ROWS
 from traceconv.analyses.summary.attribution.tree import KIND_CODES, Trees, walk
-from traceconv.analyses.summary.scopes import Scope
+from traceconv.analyses.summary.scopes import GpuWindows, Scope
 from traceconv.analyses.summary.timeline import busy as B
 from traceconv.analyses.summary.timeline import gaps as GP
 from traceconv.analyses.summary.verdict import verdict
@@ -52,6 +53,7 @@ class ScopeStats:
     sync: Syncs
     launch: LaunchFacts
     gaps: IdleGaps  # the GPUs' idle gaps by what caused them: what each fix would win, at most
+    per_step: np.ndarray | None = None  # steps: each step's time by part (timeline.busy.PARTS), summed over GPUs
 
 
 def measure(
@@ -67,9 +69,15 @@ def measure(
     Y.prepare_calls(source)
     # what the sweep reads of the GPU rows, once per slice of the time line: a table, not the file
     source.table("gpu_spans", B.GPU_TIMES)
-    sweeps = B.sweep(
-        source, Y.SYNC_SPANS, Y.API_SPANS, lived, "SELECT * FROM gpu_spans", round(thresholds.launch_gap_us * 1e3)
-    )
+    # and each scope's steps one by one (for their critical path), as scopes of the sweep's own
+    each = [GpuWindows(s.each) for s in scopes if s.each is not None]
+    flags = [False] * len(lived) + [True] * len(each)
+    gap_ns = round(thresholds.launch_gap_us * 1e3)
+    swept = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, lived + each, "SELECT * FROM gpu_spans", gap_ns, flags)
+    per_step = iter(s.per_window for s in swept[len(lived) :])
+    sweeps = [
+        (sw, next(per_step) if scope.each is not None else None) for sw, scope in zip(swept, scopes, strict=False)
+    ]
     source.run("DROP TABLE gpu_spans")
     source.run("DROP TABLE api_spans")
     calls = L.scan(source, facts, trace_codes(source), Y.blocking_ids(source))
@@ -98,12 +106,13 @@ def _measure(
     within: Within,
     trees: Trees,
     k: int,
-    passes: tuple[tuple[dict[str, DeviceTime], IdleBreakdown, GP.GapCosts], dict[str, Any]],  # sweep's, medians'
+    passes: tuple[tuple[B.Swept, np.ndarray | None], dict[str, Any]],  # the sweep's, the medians'
     thresholds: Thresholds,
 ) -> ScopeStats:
     groups = G.scope_rows(G.GROUPS, k)
     gpu_ns = G.gpu_time(source, groups)
-    (busy, idle, gaps), kernel_medians = passes
+    (swept, per_step), kernel_medians = passes
+    busy, idle, gaps = swept.times, swept.idle, swept.gaps
     launch = G.launch_facts(source, groups, kernel_medians)
     calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", within, "start_ns")
     idle_gaps = GP.idle_gaps(source, gaps)
@@ -119,6 +128,7 @@ def _measure(
         sync=Y.tally(source, calls, facts.last_anchor),
         launch=launch,
         gaps=idle_gaps,
+        per_step=per_step,
     )
 
 

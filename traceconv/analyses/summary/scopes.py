@@ -42,6 +42,7 @@ class Scope:
     gpu: GpuWindows
     step_ns: int  # the time of one step: the median step (the whole window without steps)
     label: str | None = None  # the steps' name, number as "*"
+    each: Segments | None = None  # the steps' windows one by one (their GPU windows, unmerged)
 
     @property
     def window_ns(self) -> int:
@@ -65,4 +66,4 @@ def step_scope(facts: Facts) -> Scope | None:
     if s is None:
         return None
     lived = GpuWindows(I.union(s.start_ns, s.end_ns))
-    return Scope("steps", s.cpu_start_ns, s.cpu_end_ns, s.count, lived, s.median_ns, s.label)
+    return Scope("steps", s.cpu_start_ns, s.cpu_end_ns, s.count, lived, s.median_ns, s.label, (s.start_ns, s.end_ns))

@@ -11,7 +11,7 @@ breaks each step's time into the parts of its critical path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.prepare import Facts, as_source, prepare
-from traceconv.analyses.results import plain
+from traceconv.analyses.ranks import several
+from traceconv.analyses.results import CriticalPath, plain
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN, Launched, windows
 from traceconv.analyses.summary.attribution import syncs as Y
@@ -31,15 +32,6 @@ from traceconv.analyses.whatif.replay import prepare as prepare_replay
 from traceconv.errors import UsageError
 
 TOP_ITEMS = 5
-
-
-@dataclass(frozen=True)
-class CriticalPath:
-    """The breakdown of the median step (ns, summing to it) and the GPU work that took most of the steps."""
-
-    step_ns: int
-    parts: dict[str, int]
-    longest: list[dict[str, Any]] = field(default_factory=list)  # name, per-step ns
 
 
 @dataclass(frozen=True)
@@ -93,6 +85,12 @@ def whatif(data: pa.Table | Source, removes: list[str], scales: list[str], step_
     replayed = _median(before_w)
     predicted = measured + _median(after_w) - replayed  # the replay's own error cancels
     notes = [n for c in matched for n in c.notes]
+    if several(source):
+        notes.append(
+            "the input holds several ranks: replayed for the process whose steps were found "
+            f"({m.facts.steps.trace_id if m.facts.steps else '?'}), with its collectives as they ran; "
+            "the other ranks are not replayed"
+        )
     if replayed != measured:
         notes.append(f"the unchanged replay gives {replayed:,} ns a step against {measured:,} measured")
     return WhatIf(
@@ -155,7 +153,10 @@ def critical_path(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> CriticalPath
     parts = P.per_step(spans, starts, ends)
     dur = ends - starts
     mid = int(np.argsort(dur, kind="stable")[len(dur) // 2])
-    return CriticalPath(int(dur[mid]), dict(zip(P.PARTS, (int(v) for v in parts[mid]), strict=True)), _longest(g, t, w))
+    medians = {p: round(float(v)) for p, v in zip(P.PARTS, np.median(parts, axis=0), strict=True)}
+    return CriticalPath(
+        int(dur[mid]), dict(zip(P.PARTS, (int(v) for v in parts[mid]), strict=True)), medians, _longest(g, t, w)
+    )
 
 
 def _queued(g: Graph, t: Timeline) -> tuple[I.I64, I.I64]:

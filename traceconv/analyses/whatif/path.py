@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceconv.analyses import intervals as I
+from traceconv.analyses.results import PATH_PARTS
 
-PARTS = ("gpu_compute", "gpu_copies", "gpu_communication", "sync_wait", "launch", "host_ops", "host_other", "gpu_wait")
+PARTS = PATH_PARTS
 LONG_GAP_NS = 200_000  # as the summary's launch_gap_us: a shorter idle gap is launch overhead
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceconv.analyses.results import KernelRow, OpRow
+from traceconv.analyses.results import CriticalPath, KernelRow, OpRow
 from traceconv.analyses.timeline import CLASSES, Breakdown, Histogram, Series, Timeline
 from traceconv.names import kernel_label, shorten
+from traceconv.render.path import PART_WORDS
 
 Spec = dict[str, Any]
 COLOURS = {"compute": "#4c78a8", "communication": "#f58518", "copies": "#54a24b", "idle": "#bab0ac"}
@@ -63,6 +64,43 @@ def breakdown(parts: list[Breakdown], scope: str) -> Spec | None:
             "tooltip": [_n("lane", "GPU"), _n("part", "part"), _q("ms", unit), _q("pct", "% of the time")],
         },
         transform=[{"calculate": f"indexof({list(COLOURS)}, datum.part)", "as": "order"}],
+    )
+
+
+PATH_COLOURS = {
+    "gpu_compute": "#4c78a8",
+    "gpu_communication": "#f58518",
+    "gpu_copies": "#54a24b",
+    "sync_wait": "#e45756",
+    "launch": "#eeca3b",
+    "host_ops": "#b279a2",
+    "host_other": "#ff9da6",
+    "gpu_wait": "#9d755d",
+}
+
+
+def critical_path(p: CriticalPath | None) -> Spec | None:
+    """One stacked bar: the median step's time by what it waited for (the parts sum to the step)."""
+    if p is None:
+        return None
+    rows = [
+        {"part": PART_WORDS[k], "key": k, "ms": round(v / 1e6, 4), "pct": round(v * 100.0 / p.step_ns, 1)}
+        for k, v in p.parts.items()
+        if v and p.step_ns
+    ]
+    words = [PART_WORDS[k] for k in PATH_COLOURS]
+    return _chart(
+        f"Critical path of the median step ({p.step_ns / 1e6:,.2f} ms): what the step waited for",
+        rows,
+        height=40,
+        mark={"type": "bar", "tooltip": True},
+        encoding={
+            "x": _q("ms", "ms of the step", stack="zero"),
+            "color": _n("part", "", scale={"domain": words, "range": list(PATH_COLOURS.values())}),
+            "order": {"field": "order"},
+            "tooltip": [_n("part", "part"), _q("ms", "ms"), _q("pct", "% of the step")],
+        },
+        transform=[{"calculate": f"indexof({words}, datum.part)", "as": "order"}],
     )
 
 

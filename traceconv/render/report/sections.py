@@ -36,6 +36,7 @@ def run_sections(page: Page, run: RunFigures, prefix: str = "") -> None:
         f"{key}time",
         f"{tag}Where the GPU time goes",
         page.chart(C.breakdown(run.breakdown, run.scope), "no GPU work in this input"),
+        page.chart(C.critical_path(s.critical_path), "the input marks no steps: no critical path of a step"),
         _breakdown_table(run.breakdown, run.scope),
         page.chart(C.steps(run.steps), "the input marks no steps (ProfilerStep#N, NVTX step_N ...)"),
         page.chart(C.utilisation(run.timeline), "no GPU work in this input"),

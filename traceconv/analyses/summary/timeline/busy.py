@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,18 +35,43 @@ from traceconv.analyses.summary.timeline import gaps as G
 Segments = tuple[I.I64, I.I64]
 # What the sweep reads of each GPU row (by default; measure.py passes its table of the GPU rows):
 # kernels, copies, memsets, and CUDA graphs traced whole.
+COMM = (
+    "kind = 'kernel' AND (lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%' OR op_name = 'record_param_comms' "
+    "OR op_name LIKE 'c10d::%')"
+)
 GPU_TIMES = (
-    "SELECT device, start_ns, end_ns, launch_end_ns FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
+    "SELECT device, start_ns, end_ns, launch_end_ns, "
+    f"CAST(CASE WHEN kind IN ('memcpy', 'memset') THEN 2 WHEN {COMM} THEN 1 ELSE 0 END AS UTINYINT) AS klass "
+    "FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
 )
 
 
-SETS = ("b", "q", "y", "a")  # GPU rows, queued spans, host syncs, host CUDA calls: the cascade's order
+# GPU rows by class (compute, communication, copies: each a set), their queued spans, host syncs, host
+# CUDA calls: the cascade's order. Level k's union holds the sets up to k; the GPU rows are level BUSY.
+SETS = ("compute", "comm", "copy", "q", "y", "a")
+BUSY = SETS.index("copy")
+CLASSES = ("compute", "communication", "copies")  # what a GPU row's time was, where classes overlap in this order
 CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 BATCH_ROWS = 1 << 18  # intervals fetched, and merged into the unions, at a time
 SLICE_ROWS = 1 << 19  # intervals a slice of the time line holds (what numpy sorts at once), about
 SAMPLE_ROWS = 1 << 16  # the starts sampled (about) to cut the time line into slices
 LAUNCH_GAP_NS = 200_000  # a gap the host leaves shorter than this is launch overhead (gaps.py)
 HELD_SLICES = 4  # a slice is sorted in numpy up to this many times SLICE_ROWS intervals, else by DuckDB
+
+
+@dataclass(frozen=True)
+class Swept:
+    """One scope: per device its busy, idle and window time; the idle time by cause; the idle gaps
+    by cause; and, where asked for, each window's time by part (:data:`PARTS`, summed over devices)."""
+
+    times: dict[str, DeviceTime]
+    idle: IdleBreakdown
+    gaps: G.GapCosts
+    per_window: np.ndarray | None = None
+
+
+# A window's time by part: its GPU rows by class, then its idle gaps by cause (gaps.KINDS).
+PARTS = (*CLASSES, *G.KINDS)
 
 
 def sweep(
@@ -55,33 +81,42 @@ def sweep(
     windows: Sequence[GpuWindows | Segments],
     gpu_sql: str = GPU_TIMES,
     launch_gap_ns: int = LAUNCH_GAP_NS,
-) -> list[tuple[dict[str, DeviceTime], IdleBreakdown, G.GapCosts]]:
+    per_window: Sequence[bool] = (),
+) -> list[Swept]:
     """For each scope's ``windows``: per device its busy time, idle time and the windows' length, and
-    the idle time of all devices together split by cause. ``sync_sql`` and
-    ``api_sql`` give the host's intervals (s, e), ``gpu_sql`` the GPU rows' device, start_ns, end_ns
-    and launch_end_ns; each is read once per slice of the time line, so tables, not views of a file."""
+    the idle time of all devices together split by cause; for the scopes ``per_window`` flags, each
+    window's time by part. ``sync_sql`` and ``api_sql`` give the host's intervals (s, e), ``gpu_sql``
+    the GPU rows' device, start_ns, end_ns, launch_end_ns and class; each is read once per slice of
+    the time line, so tables, not views of a file."""
     timed = f"SELECT * FROM ({gpu_sql}) WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
     devices = sorted(
         (str(d) for d in source.arrow(f"SELECT DISTINCT {_DEV} AS dev FROM ({timed})")["dev"].to_pylist()),
         key=_device_order,
     )
     scoped = [w if isinstance(w, GpuWindows) else GpuWindows(w) for w in windows]
+    flags = [k < len(per_window) and bool(per_window[k]) for k in range(len(windows))]
     spent = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)  # per scope: busy, then the causes
     times: list[dict[str, DeviceTime]] = [{} for _ in windows]
     gaps = [G.GapCosts() for _ in windows]
+    parts: list[np.ndarray | None] = [
+        np.zeros((len(w.default[0]), len(PARTS)), np.int64) if flag else None
+        for w, flag in zip(scoped, flags, strict=True)
+    ]
     for dev in devices:
         mine = [w.of(dev) for w in scoped]
         lengths = [int((e - s).sum()) for s, e in mine]
-        per_dev, dev_gaps = _one_device(source, _spans(timed, dev, sync_sql, api_sql), mine, launch_gap_ns)
-        for k, g in enumerate(dev_gaps):
+        one = _one_device(source, _spans(timed, dev, sync_sql, api_sql), mine, launch_gap_ns, flags)
+        for k, g in enumerate(one.gaps):
             gaps[k].add(g)
+            if parts[k] is not None:
+                parts[k] += one.parts[k]  # type: ignore[operator]
         for k, window_ns in enumerate(lengths):
             times[k][dev] = DeviceTime(
-                busy_ns=int(per_dev[k, 0]), idle_ns=window_ns - int(per_dev[k, 0]), window_ns=window_ns
+                busy_ns=int(one.spent[k, 0]), idle_ns=window_ns - int(one.spent[k, 0]), window_ns=window_ns
             )
-        spent += per_dev
+        spent += one.spent
     return [
-        (times[k], IdleBreakdown(**{c: int(spent[k, 1 + i]) for i, c in enumerate(CAUSES)}), gaps[k])
+        Swept(times[k], IdleBreakdown(**{c: int(spent[k, 1 + i]) for i, c in enumerate(CAUSES)}), gaps[k], parts[k])
         for k in range(len(windows))
     ]
 
@@ -90,29 +125,38 @@ _DEV = "coalesce(CAST(device AS VARCHAR), 'unknown')"  # a device as the results
 
 
 def _spans(timed: str, dev: str, sync_sql: str, api_sql: str) -> str:
-    """The intervals (s, e, c) of the four sets of one device (``c``: the set's place in :data:`SETS`),
-    empty ones left out: its GPU rows, their queued spans (launch call's end to start), and the host's."""
+    """The intervals (s, e, c) of the sets of one device (``c``: the set's place in :data:`SETS`),
+    empty ones left out: its GPU rows by class, their queued spans (launch call's end to start), and
+    the host's."""
     mine = f"SELECT * FROM ({timed}) WHERE " + (
         "device IS NULL" if dev == "unknown" else f"device = {int(dev)}"  # _DEV's inverse
     )
+    q, y, a = (SETS.index(x) for x in ("q", "y", "a"))
     sets = (
-        f"SELECT start_ns AS s, end_ns AS e FROM ({mine})",
-        f"SELECT launch_end_ns AS s, start_ns AS e FROM ({mine}) WHERE launch_end_ns IS NOT NULL",
-        sync_sql,
-        api_sql,
+        f"SELECT start_ns AS s, end_ns AS e, klass AS c FROM ({mine})",
+        f"SELECT launch_end_ns AS s, start_ns AS e, {q} AS c FROM ({mine}) WHERE launch_end_ns IS NOT NULL",
+        f"SELECT s, e, {y} AS c FROM ({sync_sql})",
+        f"SELECT s, e, {a} AS c FROM ({api_sql})",
     )
-    return " UNION ALL ".join(
-        f"SELECT s, e, CAST({c} AS UTINYINT) AS c FROM ({sql}) WHERE e > s" for c, sql in enumerate(sets)
-    )
+    return " UNION ALL ".join(f"SELECT s, e, CAST(c AS UTINYINT) AS c FROM ({sql}) WHERE e > s" for sql in sets)
+
+
+@dataclass(frozen=True)
+class _Device:
+    spent: np.ndarray  # per scope: busy, then the idle time by cause
+    gaps: list[G.GapCosts]
+    parts: list[np.ndarray | None]  # per flagged scope: each window's time by part
 
 
 def _one_device(
-    source: Source, spans: str, windows: Sequence[Segments], launch_gap_ns: int
-) -> tuple[np.ndarray, list[G.GapCosts]]:
+    source: Source, spans: str, windows: Sequence[Segments], launch_gap_ns: int, per_window: Sequence[bool] = ()
+) -> _Device:
     """Busy and idle-by-cause time of one device inside each scope's windows (a row per scope), from
-    the ``spans`` of its four sets; and its idle gaps by cause (:mod:`traceconv.analyses.summary.timeline.gaps`)."""
-    unions = [_Union(windows) for _ in SETS]  # B, B u Q, B u Q u Y, B u Q u Y u A
-    gaps = G.GapTally(windows, launch_gap_ns)
+    the ``spans`` of its sets; its idle gaps by cause (:mod:`traceconv.analyses.summary.timeline.gaps`);
+    and for the scopes ``per_window`` flags, each window's time by part."""
+    flags = [k < len(per_window) and bool(per_window[k]) for k in range(len(windows))]
+    unions = [_Union(windows, flags) for _ in SETS]  # the nested levels: compute, + comm, ... + CUDA calls
+    gaps = G.GapTally(windows, launch_gap_ns, flags)
     for lo, hi in _slices(source, spans):
         inside = " AND ".join(
             ["true", *([f"e > {lo}"] if lo is not None else []), *([f"s < {hi}"] if hi is not None else [])]
@@ -129,14 +173,22 @@ def _one_device(
                 if level:
                     kept = np.flatnonzero(c < level)
                     s, e, c = s[kept], e[kept], c[kept]
-        gaps.slice(lo, hi, [u.take() for u in unions])
-    covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, |U2|, |U3|
+        gaps.slice(lo, hi, [u.take() for u in unions[BUSY:]])
+    covered = np.stack([u.finish() for u in unions], axis=1)  # per scope: |U0|, |U1|, ...
     lengths = np.array([int((we - ws).sum()) for ws, we in windows], np.int64)
     out = np.zeros((len(windows), 1 + len(CAUSES)), np.int64)
-    out[:, 0] = covered[:, 0]
-    out[:, 1:-1] = np.diff(covered, axis=1)
+    out[:, 0] = covered[:, BUSY]
+    out[:, 1:-1] = np.diff(covered[:, BUSY:], axis=1)
     out[:, -1] = lengths - covered[:, -1]
-    return out, gaps.finish()
+    costs = gaps.finish()
+    parts: list[np.ndarray | None] = []
+    for k, flag in enumerate(flags):
+        if not flag:
+            parts.append(None)
+            continue
+        levels = np.stack([u.per_window[k] for u in unions[: BUSY + 1]], axis=1)  # type: ignore[misc]
+        parts.append(np.concatenate([levels[:, :1], np.diff(levels, axis=1), gaps.per_window[k]], axis=1))
+    return _Device(out, costs, parts)
 
 
 def _in_order(source: Source, clipped: str) -> Iterator[tuple[I.I64, I.I64, np.ndarray]]:
@@ -190,9 +242,14 @@ class _Union:
     """The union of intervals that arrive sorted by start, batch after batch, and the time of it
     inside each scope's windows. The segment still open at the end of a batch is carried over."""
 
-    def __init__(self, windows: Sequence[Segments]) -> None:
+    def __init__(self, windows: Sequence[Segments], per_window: Sequence[bool] = ()) -> None:
         self.windows = windows
         self.covered = np.zeros(len(windows), np.int64)
+        # per scope that asks for it: the time in each of its windows
+        self.per_window = [
+            np.zeros(len(w[0]), np.int64) if k < len(per_window) and per_window[k] else None
+            for k, w in enumerate(windows)
+        ]
         self.open: tuple[int, int] | None = None  # (start, reach) of the segment not yet closed
         self.closed: list[Segments] = []  # the segments closed since the last take()
 
@@ -246,7 +303,11 @@ class _Union:
             lo, hi = int(np.searchsorted(we, starts[0], "right")), int(np.searchsorted(ws, ends[-1], "left"))
             if lo < hi:
                 below = I.covered_below(starts, ends, np.concatenate([we[lo:hi], ws[lo:hi]]))
-                self.covered[k] += int((below[: hi - lo] - below[hi - lo :]).sum())
+                each = below[: hi - lo] - below[hi - lo :]
+                self.covered[k] += int(each.sum())
+                mine = self.per_window[k]
+                if mine is not None:
+                    mine[lo:hi] += each
 
 
 def _device_order(dev: object) -> tuple[int, str]:

@@ -77,10 +77,15 @@ class GapTally:
     """The gaps of one device, fed a slice of the time line at a time (:meth:`slice`), tallied
     per scope; a gap that runs on past the end of a slice is carried into the next."""
 
-    def __init__(self, windows: Sequence[Segments], launch_gap_ns: int) -> None:
+    def __init__(self, windows: Sequence[Segments], launch_gap_ns: int, per_window: Sequence[bool] = ()) -> None:
         self.windows = windows
         self.launch_gap_ns = launch_gap_ns
         self.costs = [GapCosts() for _ in windows]
+        # per scope that asks for it: each window's gap time by kind (a row per window)
+        self.per_window = [
+            np.zeros((len(w[0]), len(KINDS)), np.int64) if k < len(per_window) and per_window[k] else None
+            for k, w in enumerate(windows)
+        ]
         self.pending: tuple[int, int, int] | None = None  # (start, end so far, cause) of a gap still open
 
     def slice(self, lo: int | None, hi: int | None, levels: Sequence[Segments]) -> None:
@@ -136,9 +141,24 @@ class GapTally:
             synced = np.flatnonzero((kind == 1) & (inside > 0))
             costs.sync_at += starts[synced].tolist()
             costs.sync_ns += inside[synced].tolist()
+            mine = self.per_window[k]
+            if mine is not None:
+                _per_window(starts, ends, kind, ws, we, mine)
             hosted = np.flatnonzero((kind >= 3) & (inside > 0))
             a, b = np.maximum(starts[hosted], ws[0]), np.minimum(ends[hosted], we[-1])  # within the windows
             costs.long_gaps += list(zip(a.tolist(), b.tolist(), strict=True))
+
+
+def _per_window(starts: I.I64, ends: I.I64, kind: I.I64, ws: I.I64, we: I.I64, into: np.ndarray) -> None:
+    """Adds each gap's time (sorted, disjoint ``[starts, ends)``) inside each window to its kind's column."""
+    lo, hi = int(np.searchsorted(we, starts[0], "right")), int(np.searchsorted(ws, ends[-1], "left"))
+    if lo >= hi:
+        return
+    edges = np.concatenate([we[lo:hi], ws[lo:hi]])
+    for k in np.unique(kind):
+        mine = kind == k
+        below = I.covered_below(starts[mine], ends[mine], edges)
+        into[lo:hi, k] += below[: hi - lo] - below[hi - lo :]
 
 
 def _causes(points: I.I64, levels: Sequence[Segments]) -> I.I64:
@@ -191,7 +211,9 @@ def _sync_gaps(source: Source, costs: GapCosts) -> tuple[int, int, list[OpTally]
     rows = source.frame(
         "SELECT coalesce(s.staging, false) AS staging, coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
         "count(*) AS n, isum(g.ns) AS ns FROM sync_gaps g "
-        "ASOF LEFT JOIN (SELECT * FROM sync_calls WHERE start_ns IS NOT NULL) s ON g.a >= s.start_ns "
+        "ASOF LEFT JOIN (SELECT trace_id, event_id, start_ns, op_name, staging, activity FROM sync_calls "
+        "WHERE start_ns IS NOT NULL UNION ALL SELECT trace_id, event_id, start_ns, op_name, staging, false "
+        "FROM copy_waits) s ON g.a >= s.start_ns "
         "LEFT JOIN labels l ON l.name = s.op_name "
         "LEFT JOIN regions r ON r.trace_id = s.trace_id AND r.event_id = s.event_id AND NOT s.activity "
         "GROUP BY ALL ORDER BY ns DESC, op",
@@ -210,7 +232,7 @@ def _sync_gaps(source: Source, costs: GapCosts) -> tuple[int, int, list[OpTally]
 
 def _host_activity(source: Source, gaps: list[tuple[int, int]], top: int) -> tuple[list[HostActivity], float]:
     """The host ranges that overlap the long gaps (most overlap first), and the share of the gaps'
-    time outside every CPU operator."""
+    time outside every CPU operator and annotation (steps aside)."""
     if not gaps:
         return [], 1.0
     s, e = I.union(np.array([g[0] for g in gaps], np.int64), np.array([g[1] for g in gaps], np.int64))
@@ -223,7 +245,8 @@ def _host_activity(source: Source, gaps: list[tuple[int, int]], top: int) -> tup
     )
     ops = source.arrow(
         f"SELECT greatest(r.start_ns, g.a) AS s, least(r.end_ns, g.b) AS e FROM long_gaps g "
-        f"JOIN ({HOST_RANGES}) r ON r.start_ns < g.b AND r.end_ns > g.a WHERE r.kind = 'cpu_op'"
+        f"JOIN ({HOST_RANGES}) r ON r.start_ns < g.b AND r.end_ns > g.a LEFT JOIN labels l ON l.name = r.name "
+        "WHERE r.kind = 'cpu_op' OR (r.kind = 'nvtx' AND NOT coalesce(l.is_step, false))"
     )
     inside = I.length(ops["s"].to_numpy().astype(np.int64), ops["e"].to_numpy().astype(np.int64))
     total_ns = int((e - s).sum())
