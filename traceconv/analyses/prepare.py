@@ -175,6 +175,7 @@ def _step_ranges(source: Source, last_end: int | None) -> pd.DataFrame:
     return steps
 
 
+STEP_BUCKETS = 4  # time buckets a step, on average, for the join of the GPU rows on the steps
 # A GPU row's device as the analyses name it.
 DEVICE = "coalesce(CAST(device AS VARCHAR), 'unknown')"
 
@@ -198,15 +199,23 @@ def find(source: Source, ranges: pd.DataFrame) -> Steps | None:
 
 def launched(source: Source, host: HostSteps) -> Launched:
     """The GPU work each host step range launched (by the start of its launching call, its own start
-    where that is not in the trace) in the steps' process, and the last end of what was launched before."""
-    source.register(
-        "step_hosts", pa.table({"k": np.arange(host.count, dtype=np.int64), "s": host.start_ns, "e": host.end_ns})
-    )
+    where that is not in the trace) in the steps' process, and the last end of what was launched before.
+
+    The steps are found by a hash join on time buckets (each step a row per bucket it touches, about
+    four buckets a step), not a join that sorts millions of GPU rows."""
+    lo, hi = int(host.start_ns[0]), int(max(int(host.end_ns.max()), int(host.start_ns[-1]) + 1))
+    width = max(1, (hi - lo) // (STEP_BUCKETS * host.count))
+    first_b, last_b = host.start_ns // width, np.maximum(host.end_ns - 1, host.start_ns) // width
+    n = (last_b - first_b + 1).astype(np.int64)
+    k = np.repeat(np.arange(host.count, dtype=np.int64), n)
+    bucket = np.repeat(first_b, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    source.register("step_buckets", pa.table({"bucket": bucket, "k": k, "s": host.start_ns[k], "e": host.end_ns[k]}))
     rows = source.arrow(
         "WITH g AS (SELECT coalesce(launch_start_ns, start_ns) AS t, start_ns, end_ns FROM events "
         f"WHERE {GPU_WORK} AND start_ns IS NOT NULL AND end_ns IS NOT NULL{_process_of(source, host)}) "
-        "SELECT h.k, min(g.start_ns) AS first, max(g.end_ns) AS last FROM g ASOF LEFT JOIN step_hosts h ON g.t >= h.s "
-        "WHERE h.k IS NULL OR g.t < h.e GROUP BY ALL"
+        "SELECT h.k, min(g.start_ns) AS first, max(g.end_ns) AS last, "
+        f"max(g.end_ns) FILTER (WHERE g.t < {lo}) AS before FROM g LEFT JOIN step_buckets h "
+        f"ON h.bucket = g.t // {width} AND g.t >= h.s AND g.t < h.e GROUP BY ALL"
     ).to_pylist()
     first = np.zeros(host.count, np.int64)
     last = np.zeros(host.count, np.int64)
@@ -214,7 +223,7 @@ def launched(source: Source, host: HostSteps) -> Launched:
     before = None
     for r in rows:
         if r["k"] is None:
-            before = int(r["last"])
+            before = int(r["before"]) if r["before"] is not None else None
         else:
             first[r["k"]], last[r["k"]], has[r["k"]] = r["first"], r["last"], True
     return Launched(first, last, has, before)

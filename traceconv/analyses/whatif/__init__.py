@@ -173,13 +173,14 @@ def _longest(g: Graph, t: Timeline, w: tuple[I.I64, I.I64]) -> list[dict[str, An
     """The GPU work that took most of the steps' time, per step."""
     starts, ends = w
     inside = (t.gpu_start >= starts[0]) & (t.gpu_end <= ends[-1])
-    names = g.gpu.name[inside]
+    codes = g.gpu.name.codes[inside]
     dur = (t.gpu_end - t.gpu_start)[inside]
-    totals: dict[str, int] = {}
-    for n, d in zip(names, dur, strict=True):
-        totals[str(n)] = totals.get(str(n), 0) + int(d)
-    top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_ITEMS]
-    return [{"name": n, "ns_per_step": round(v / max(len(starts), 1))} for n, v in top]
+    totals = np.bincount(codes + 1, weights=dur, minlength=len(g.gpu.name.values) + 1)  # +1: null is -1
+    top = np.argsort(-totals, kind="stable")[:TOP_ITEMS]
+    names = [None, *g.gpu.name.values]
+    return [
+        {"name": str(names[k]), "ns_per_step": round(float(totals[k]) / max(len(starts), 1))} for k in top if totals[k]
+    ]
 
 
 def _median(w: tuple[I.I64, I.I64]) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.whatif.graph import Graph
+from traceconv.analyses.whatif.graph import Coded, Graph
 from traceconv.analyses.whatif.replay import Change
 from traceconv.errors import UsageError
 
@@ -108,7 +108,7 @@ def _remove(g: Graph, spec: str, gaps: _Gaps, host: I.I64, gpu: np.ndarray, no_w
             raise UsageError(
                 None, f"--remove copies:{arg}: not a copy direction", f"choose from {', '.join(COPY_DIRECTIONS)}"
             )
-        rows = (r.kind == "memcpy") & ((r.copy_kind == arg) if arg else True)
+        rows = r.kind.eq("memcpy") & (r.copy_kind.eq(arg) if arg else True)
         gpu[rows] = 0.0
         issuing = np.zeros(len(c.start), np.bool_)
         issuing[r.call[rows & (r.call >= 0)]] = True
@@ -118,7 +118,7 @@ def _remove(g: Graph, spec: str, gaps: _Gaps, host: I.I64, gpu: np.ndarray, no_w
         # the host work that made what an HtoD copy carries: the host's time since the last call before
         # it that launched GPU work or waited (bookkeeping calls, cudaStreamIsCapturing ..., aside)
         uploads = np.zeros(len(c.start), np.bool_)
-        uploads[r.call[rows & (r.call >= 0) & (r.copy_kind == "HtoD")]] = True
+        uploads[r.call[rows & (r.call >= 0) & r.copy_kind.eq("HtoD")]] = True
         busy = np.zeros(len(c.start), np.bool_)
         busy[r.call[r.call >= 0]] = True
         busy |= c.sync
@@ -152,7 +152,7 @@ def _scale(g: Graph, spec: str, gaps: _Gaps, host: I.I64, call: I.I64, gpu: np.n
     m = Matched(f"scale {spec}")
     c, r = g.calls, g.gpu
     if what == "kernel" and arg:
-        rows = (r.kind == "kernel") & _matches(r.name, arg)
+        rows = r.kind.eq("kernel") & _matches(r.name, arg)
         gpu[rows] *= factor
     elif what == "op" and arg:
         _ops(g, arg, factor, gaps, host, gpu, m)
@@ -178,9 +178,8 @@ def _ops(g: Graph, pattern: str, factor: float, gaps: _Gaps, host: I.I64, gpu: n
         m.notes.append(f"no operator matches {pattern!r}")
 
 
-def _matches(names: np.ndarray, pattern: str) -> I.Bools:
+def _matches(names: Coded, pattern: str) -> I.Bools:
     try:
-        regex = re.compile(pattern)
+        return names.matches(pattern)
     except re.error as exc:
         raise UsageError(None, f"{pattern!r} is not a regular expression ({exc})", EXAMPLES) from exc
-    return np.array([bool(regex.search(str(n))) if n is not None else False for n in names], dtype=bool)

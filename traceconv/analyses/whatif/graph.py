@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.prepare import GPU_WORK
@@ -22,6 +25,42 @@ from traceconv.analyses.source import Source, literal
 from traceconv.analyses.steps import Steps
 
 GPU_CLASSES = ("compute", "copy", "communication")  # a GPU row's class on the critical path
+
+
+@dataclass(frozen=True)
+class Coded:
+    """Repeated strings as codes into their distinct values (a row's value: ``values[codes[row]]``,
+    -1: null): millions of calls cost four bytes each, not a Python string."""
+
+    codes: npt.NDArray[np.int32]
+    values: list[str | None]
+
+    @classmethod
+    def of(cls, col: pa.ChunkedArray | pa.Array) -> Coded:
+        enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+        codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int32)
+        return cls(codes, enc.dictionary.to_pylist())
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def where(self, test: Callable[[str], bool]) -> I.Bools:
+        """The rows whose value passes ``test`` (asked once per distinct value)."""
+        hit = np.array([v is not None and test(v) for v in self.values] + [False], dtype=bool)
+        return hit[self.codes]  # -1 (null) picks the last entry: False
+
+    def eq(self, value: str) -> I.Bools:
+        return self.where(lambda v: v == value)
+
+    def matches(self, pattern: str) -> I.Bools:
+        regex = re.compile(pattern)
+        return self.where(lambda v: bool(regex.search(v)))
+
+    def at(self, rows: I.I64) -> list[str | None]:
+        values = [*self.values, None]
+        return [values[c] for c in self.codes[rows]]
+
+
 COMM = "(lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%')"
 
 
@@ -32,7 +71,7 @@ class Calls:
     start: I.I64
     end: I.I64
     event_id: I.I64
-    name: np.ndarray  # object: the call's name
+    name: Coded
     sync: I.Bools  # a blocking synchronisation (cuda*Synchronize, synchronous cudaMemcpy)
     staging: I.Bools  # a sync that waits for a pageable HtoD copy to be staged (or the copy call itself)
 
@@ -47,10 +86,10 @@ class Gpu:
     lane: I.I64  # the (device, stream) the row ran on, as a number
     device: I.I64
     klass: I.I64  # index into GPU_CLASSES
-    kind: np.ndarray  # object: kernel, memcpy, memset, graph
-    name: np.ndarray  # object
-    copy_kind: np.ndarray  # object: HtoD, DtoH ... for copies
-    op: np.ndarray  # object: the operator (or range) that launched it
+    kind: Coded  # kernel, memcpy, memset, graph
+    name: Coded
+    copy_kind: Coded  # HtoD, DtoH ... for copies
+    op: Coded  # the operator (or range) that launched it
 
 
 @dataclass(frozen=True)
@@ -59,14 +98,13 @@ class Graph:
     gpu: Gpu
     op_start: I.I64  # the process's CPU operators and annotations (steps aside)
     op_end: I.I64
-    op_name: np.ndarray  # object
+    op_name: Coded
     ranges: tuple[I.I64, I.I64]  # their union: the host's time inside some operator or annotation
     steps: Steps
 
     def op_ranges(self, pattern: str) -> tuple[I.I64, I.I64]:
         """The union of the operators (and annotations) whose name matches ``pattern`` (a regex)."""
-        regex = re.compile(pattern)
-        hit = np.array([bool(regex.search(str(n))) for n in self.op_name], dtype=bool)
+        hit = self.op_name.matches(pattern)
         return I.union(self.op_start[hit], self.op_end[hit])
 
 
@@ -106,7 +144,7 @@ def build(source: Source, steps: Steps) -> Graph:
             _ints(calls["start_ns"]),
             _ints(calls["end_ns"]),
             ids,
-            np.asarray(calls["name"].to_pylist(), dtype=object),
+            Coded.of(calls["name"]),
             calls["sync"].to_numpy(zero_copy_only=False).astype(bool),
             calls["staging"].to_numpy(zero_copy_only=False).astype(bool),
         ),
@@ -117,14 +155,14 @@ def build(source: Source, steps: Steps) -> Graph:
             np.asarray(lane, np.int64).reshape(-1),
             device,
             _ints(gpu["klass"]),
-            np.asarray(gpu["kind"].to_pylist(), dtype=object),
-            np.asarray(gpu["name"].to_pylist(), dtype=object),
-            np.asarray(gpu["copy_kind"].to_pylist(), dtype=object),
-            np.asarray(gpu["op_name"].to_pylist(), dtype=object),
+            Coded.of(gpu["kind"]),
+            Coded.of(gpu["name"]),
+            Coded.of(gpu["copy_kind"]),
+            Coded.of(gpu["op_name"]),
         ),
         op_start=op_start,
         op_end=np.maximum(op_end, op_start),
-        op_name=np.asarray(ops["name"].to_pylist(), dtype=object),
+        op_name=Coded.of(ops["name"]),
         ranges=I.union(op_start, np.maximum(op_end, op_start)),
         steps=steps,
     )

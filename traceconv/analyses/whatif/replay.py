@@ -123,8 +123,7 @@ def _waits(g: Graph) -> tuple[I.I64, I.I64, I.Bools, I.I64]:
         inside = (last >= 0) & (end <= c.end[waits]) & (end >= c.start[waits]) & (end > best)
         best = np.where(inside, end, best)
         target = np.where(inside, row, target)
-    names = c.name[waits]
-    device_wide = np.array([any(d in str(n) for d in DEVICE_WIDE) for n in names], dtype=bool)
+    device_wide = c.name.where(lambda n: any(d in n for d in DEVICE_WIDE))[waits]
     tail = np.where(target >= 0, c.end[waits] - best, 0)
     return waits, target, device_wide, tail
 

@@ -43,6 +43,7 @@ QUEUED, SYNC, API, HOST = 1, 2, 3, 4
 KINDS = ("queued", "sync", "launch", "host_api", "host_other")
 FAR = np.iinfo(np.int64).max // 4  # the edge of an unbounded slice
 TOP_ACTIVITY = 5  # operators (and host ranges) named behind a cause
+SAMPLED_GAPS = 256  # the long gaps read for what the host did in them (the longest)
 NESTED = 1.02  # an operator that overlaps the gaps this nearly as much as the one before it is taken to be inside it
 
 
@@ -57,9 +58,10 @@ class GapCosts:
     launch: int = 0
     host_api: int = 0
     host_other: int = 0
-    sync_at: list[int] = field(default_factory=list)
-    sync_ns: list[int] = field(default_factory=list)
-    long_gaps: list[tuple[int, int]] = field(default_factory=list)
+    sync_at: list[I.I64] = field(default_factory=list)  # arrays, a batch of gaps each
+    sync_ns: list[I.I64] = field(default_factory=list)
+    long_at: list[I.I64] = field(default_factory=list)
+    long_end: list[I.I64] = field(default_factory=list)
 
     @property
     def host(self) -> int:
@@ -70,7 +72,8 @@ class GapCosts:
             setattr(self, k, getattr(self, k) + getattr(other, k))
         self.sync_at += other.sync_at
         self.sync_ns += other.sync_ns
-        self.long_gaps += other.long_gaps
+        self.long_at += other.long_at
+        self.long_end += other.long_end
 
 
 class GapTally:
@@ -139,14 +142,17 @@ class GapTally:
             for name, ns in zip(KINDS, sums, strict=True):
                 setattr(costs, name, getattr(costs, name) + int(ns))
             synced = np.flatnonzero((kind == 1) & (inside > 0))
-            costs.sync_at += starts[synced].tolist()
-            costs.sync_ns += inside[synced].tolist()
+            if len(synced):
+                costs.sync_at.append(starts[synced])
+                costs.sync_ns.append(inside[synced])
             mine = self.per_window[k]
             if mine is not None:
                 _per_window(starts, ends, kind, ws, we, mine)
             hosted = np.flatnonzero((kind >= 3) & (inside > 0))
             a, b = np.maximum(starts[hosted], ws[0]), np.minimum(ends[hosted], we[-1])  # within the windows
-            costs.long_gaps += list(zip(a.tolist(), b.tolist(), strict=True))
+            if len(hosted):
+                costs.long_at.append(a)
+                costs.long_end.append(b)
 
 
 def _per_window(starts: I.I64, ends: I.I64, kind: I.I64, ws: I.I64, we: I.I64, into: np.ndarray) -> None:
@@ -188,7 +194,7 @@ def idle_gaps(source: Source, costs: GapCosts, top: int = TOP_ACTIVITY) -> IdleG
     """The gaps of a scope with their syncs classified (``sync_calls`` must exist: staging or result
     wait, and the operators behind them) and the host's ranges during the long gaps."""
     waits, staged, result_ops, staging_ops = _sync_gaps(source, costs)
-    activity, outside = _host_activity(source, costs.long_gaps, top)
+    activity, outside = _host_activity(source, _joined(costs.long_at), _joined(costs.long_end), top)
     host = costs.host
     return IdleGaps(
         queued_ns=costs.queued,
@@ -205,9 +211,9 @@ def idle_gaps(source: Source, costs: GapCosts, top: int = TOP_ACTIVITY) -> IdleG
 
 
 def _sync_gaps(source: Source, costs: GapCosts) -> tuple[int, int, list[OpTally], list[OpTally]]:
-    if not costs.sync_at:
+    if not costs.sync_at or not sum(len(a) for a in costs.sync_at):
         return 0, 0, [], []
-    source.register("sync_gaps", pa.table({"a": costs.sync_at, "ns": costs.sync_ns}))
+    source.register("sync_gaps", pa.table({"a": _joined(costs.sync_at), "ns": _joined(costs.sync_ns)}))
     rows = source.frame(
         "SELECT coalesce(s.staging, false) AS staging, coalesce(l.label, ?) AS op, coalesce(r.region, '') AS region, "
         "count(*) AS n, isum(g.ns) AS ns FROM sync_gaps g "
@@ -230,32 +236,43 @@ def _sync_gaps(source: Source, costs: GapCosts) -> tuple[int, int, list[OpTally]
     return int(rows["ns"][~staged].sum()), int(rows["ns"][staged].sum()), ops(rows[~staged]), ops(rows[staged])
 
 
-def _host_activity(source: Source, gaps: list[tuple[int, int]], top: int) -> tuple[list[HostActivity], float]:
-    """The host ranges that overlap the long gaps (most overlap first), and the share of the gaps'
-    time outside every CPU operator and annotation (steps aside)."""
-    if not gaps:
+def _joined(parts: list[I.I64]) -> I.I64:
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def _host_activity(source: Source, starts: I.I64, ends: I.I64, top: int) -> tuple[list[HostActivity], float]:
+    """The operators and annotations (steps aside) that overlap the long gaps (most overlap first), and
+    the share of the gaps' time outside all of them. Read on the :data:`SAMPLED_GAPS` longest gaps,
+    which hold most of the time (a trace of thousands of steps has tens of thousands): the overlaps
+    scaled to all of them."""
+    if not len(starts):
         return [], 1.0
-    s, e = I.union(np.array([g[0] for g in gaps], np.int64), np.array([g[1] for g in gaps], np.int64))
-    source.register("long_gaps", pa.table({"a": s, "b": e}))
-    overlap = "least(r.end_ns, g.b) - greatest(r.start_ns, g.a)"
-    rows = source.frame(
-        f"SELECT r.kind, coalesce(l.label, r.name) AS name, isum({overlap}) AS ns FROM long_gaps g "
-        f"JOIN ({HOST_RANGES}) r ON r.start_ns < g.b AND r.end_ns > g.a LEFT JOIN labels l ON l.name = r.name "
-        f"WHERE NOT coalesce(l.is_step, false) GROUP BY ALL ORDER BY ns DESC, name LIMIT {2 * int(top)}"
-    )
-    ops = source.arrow(
-        f"SELECT greatest(r.start_ns, g.a) AS s, least(r.end_ns, g.b) AS e FROM long_gaps g "
-        f"JOIN ({HOST_RANGES}) r ON r.start_ns < g.b AND r.end_ns > g.a LEFT JOIN labels l ON l.name = r.name "
-        "WHERE r.kind = 'cpu_op' OR (r.kind = 'nvtx' AND NOT coalesce(l.is_step, false))"
-    )
-    inside = I.length(ops["s"].to_numpy().astype(np.int64), ops["e"].to_numpy().astype(np.int64))
+    s, e = I.union(starts, ends)
     total_ns = int((e - s).sum())
+    longest = np.sort(np.argsort(e - s, kind="stable")[::-1][:SAMPLED_GAPS])
+    s, e = s[longest], e[longest]
+    sampled = int((e - s).sum())
+    source.register("long_gaps", pa.table({"a": s, "b": e}))
+    ranges = (
+        f"SELECT r.kind, r.name, r.start_ns, r.end_ns, l.label FROM ({HOST_RANGES}) r LEFT JOIN labels l "
+        "ON l.name = r.name WHERE r.kind IN ('cpu_op', 'nvtx') AND NOT coalesce(l.is_step, false) "
+        f"AND r.start_ns < {int(e[-1])} AND r.end_ns > {int(s[0])}"
+    )
+    overlap = "least(r.end_ns, g.b) - greatest(r.start_ns, g.a)"
+    joined = f"FROM long_gaps g JOIN ({ranges}) r ON r.start_ns < g.b AND r.end_ns > g.a"
+    rows = source.frame(
+        f"SELECT r.kind, coalesce(r.label, r.name) AS name, isum({overlap}) AS ns {joined} "
+        f"GROUP BY ALL ORDER BY ns DESC, name LIMIT {2 * int(top)}"
+    )
+    ops = source.arrow(f"SELECT greatest(r.start_ns, g.a) AS s, least(r.end_ns, g.b) AS e {joined}")
+    inside = I.length(ops["s"].to_numpy().astype(np.int64), ops["e"].to_numpy().astype(np.int64))
+    scale = total_ns / sampled if sampled else 1.0
     activity: list[HostActivity] = []
     for name, kind, ns in zip(
         rows["name"].astype(str), rows["kind"].astype(str), rows["ns"].astype("int64"), strict=True
     ):
         last = activity[-1] if activity else None
-        if last is not None and last.kind == kind == "cpu_op" and ns * NESTED >= last.overlap_ns:
+        if last is not None and last.kind == kind == "cpu_op" and ns * scale * NESTED >= last.overlap_ns:
             continue  # an operator inside the one before it (aten::rand -> aten::uniform_): named once
-        activity.append(HostActivity(name, kind, int(ns)))
-    return activity[:top], (1.0 - inside / total_ns) if total_ns else 1.0
+        activity.append(HostActivity(name, kind, round(ns * scale)))
+    return activity[:top], (1.0 - inside / sampled) if sampled else 1.0
