@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from tests.fixtures import fixture
-from traceconv.analyses import memory as M
 from traceconv.analyses import summary as SM
 from traceconv.analyses import timeline as T
 from traceconv.analyses.inputs import open_source
 from traceconv.analyses.source import Source
 from traceconv.analyses.summary.scopes import GpuWindows
+from traceconv.render.report import charts as C
 
 PYTORCH = "pytorch/h200/train_buggy.pt.trace.json.gz"
 NSYS = "nsys/h200/buggy.sqlite"
@@ -103,17 +103,32 @@ def test_copies_over_time_hold_every_byte() -> None:
         assert sum(v or 0.0 for v in c.y) * t.bucket_ns == pytest.approx(total[c.name], rel=1e-3, abs=t.buckets)
 
 
-def test_memory_series_and_peaks_are_the_allocator_totals() -> None:
+def test_memory_series_peak_where_the_summary_says_and_in_the_same_units() -> None:
+    """The report's memory chart and table show the summary's peaks (its first time, decimal MB), not
+    peaks of their own (issue 46: the report gave another time, in MiB)."""
     with open_source([fixture(PYTORCH)]) as src:
         t = T.series(src, _window(src))
-        peaks = M.memory(src)
-    assert {p.device for p in t.peaks} == {"GPU 0", "host"}
-    for p in t.peaks:
-        key = "cpu" if p.device == "host" else p.device.removeprefix("GPU ")
-        assert p.allocated_bytes == peaks[key].allocated_peak_bytes
-        line = next(s for s in t.memory if s.name == f"{p.device} allocated")
-        assert max(v or 0.0 for v in line.y) == pytest.approx(p.allocated_bytes / 2**20, abs=1e-3)
-        assert 0 <= p.at_ns <= t.bucket_ns * t.buckets
+        s = SM.report(SM.summarize(src))
+    assert set(s.memory) == {"0", "cpu"}
+    for dev, m in s.memory.items():
+        line = next(x for x in t.memory if x.name == f"{'host' if dev == 'cpu' else 'GPU ' + dev} allocated")
+        assert line.unit == "MB" and max(v or 0.0 for v in line.y) == pytest.approx(
+            m.allocated_peak_bytes / 1e6, abs=1e-3
+        )
+        assert m.peak_ns is not None and 0 <= m.peak_ns - t.start_ns <= t.bucket_ns * t.buckets
+        at = int((m.peak_ns - t.start_ns) // t.bucket_ns)
+        assert line.y[at] == pytest.approx(m.allocated_peak_bytes / 1e6, abs=1e-3)  # the peak's own bucket
+    spec = C.memory(t, s.memory)
+    assert spec is not None
+    marks = spec["layer"][1]["data"]["values"]
+    assert {(p["peak"], p["v"], p["t"]) for p in marks} == {
+        (
+            f"{'host' if d == 'cpu' else 'GPU ' + d} peak",
+            round(m.allocated_peak_bytes / 1e6, 2),
+            round(m.peak_offset_ns / 1e6, 6),
+        )
+        for d, m in s.memory.items()
+    }
 
 
 def test_gpu_metrics_are_the_samples_mean() -> None:
@@ -239,3 +254,22 @@ def test_two_inputs_are_a_diff_unless_together(tmp_path: Path) -> None:
     assert one.returncode == 0, one.stderr
     text = (tmp_path / "one.html").read_text(encoding="utf-8")
     assert "What changed" not in text and "rank 1 · GPU 1" in text
+
+
+def test_the_charts_over_time_span_the_gpu_work_not_the_set_up_around_it() -> None:
+    """seed_linear: 88 ms profiled, of which the GPU works in the last 17 ms (the first call sets up
+    cuBLAS): the utilisation chart looks at the GPU's span (issue 46)."""
+    from traceconv.render.report import Options, figures
+
+    with open_source([fixture("pytorch/h200/seed_linear.json")]) as src:
+        run = figures(src, "seed_linear", Options())
+        lo, hi = (
+            src.arrow(
+                "SELECT min(start_ns) AS lo, max(end_ns) AS hi FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')"
+            )
+            .to_pylist()[0]
+            .values()
+        )
+    t = run.timeline
+    assert t.start_ns == lo and t.start_ns + t.bucket_ns * (t.buckets - 1) < hi <= t.start_ns + t.bucket_ns * t.buckets
+    assert (hi - lo) * 4 < run.summary.window_ns  # the profiled window is over four times as long

@@ -61,16 +61,6 @@ class Series:
 
 
 @dataclass(frozen=True)
-class Peak:
-    """The allocator's largest total on one device, and when (ns since the window's start)."""
-
-    device: str
-    allocated_bytes: int
-    at_ns: int
-    reserved_bytes: int
-
-
-@dataclass(frozen=True)
 class Timeline:
     start_ns: int
     bucket_ns: int
@@ -78,7 +68,6 @@ class Timeline:
     utilisation: list[Series]  # % busy per lane
     copies: list[Series]  # GB/s per copy direction
     memory: list[Series]  # MiB allocated / reserved per device
-    peaks: list[Peak]
     metrics: list[Series]  # GPU metrics samples in %, mean per bucket
 
     @property
@@ -189,7 +178,7 @@ def series(source: Source, window: tuple[int, int], buckets: int = BUCKETS) -> T
         u = _lane_rows(source, rank, dev)
         covered = np.diff(I.covered_below(*_merged(*u.values()), edges))
         util.append(Series(lane_label(rank, dev, several), "%", _rounded(covered * 100.0 / width)))
-    peaks, memory = _memory(source, lo, width, n)
+    memory = _memory(source, lo, width, n)
     return Timeline(
         start_ns=lo,
         bucket_ns=width,
@@ -197,7 +186,6 @@ def series(source: Source, window: tuple[int, int], buckets: int = BUCKETS) -> T
         utilisation=util,
         copies=_copies(source, lo, width, n),
         memory=memory,
-        peaks=peaks,
         metrics=_metrics(source, lo, width, n),
     )
 
@@ -224,21 +212,18 @@ def _copies(source: Source, lo: int, width: int, n: int) -> list[Series]:
     return [Series(k, "GB/s", [v or 0.0 for v in y]) for k, y in _filled(rows, "k", "gbps", n).items()]
 
 
-def _memory(source: Source, lo: int, width: int, n: int) -> tuple[list[Peak], list[Series]]:
-    """Allocated and reserved MiB per device and bucket (the largest total), and each device's peak."""
+def _memory(source: Source, lo: int, width: int, n: int) -> list[Series]:
+    """Allocated and reserved MB per device and bucket (the largest total in each); each device's peak
+    is the summary's (:mod:`traceconv.analyses.memory`), not worked out again here."""
     where = "kind = 'memory' AND start_ns IS NOT NULL AND total_allocated_bytes IS NOT NULL"
     dev = "coalesce(CAST(device AS VARCHAR), 'cpu')"
     rows = source.arrow(
-        f"SELECT {dev} AS d, {_bucket(lo, width, n)} AS b, max(total_allocated_bytes) / 1048576 AS a, "
-        f"max(total_reserved_bytes) / 1048576 AS r FROM events WHERE {where} GROUP BY ALL ORDER BY 1, 2"
+        f"SELECT {dev} AS d, {_bucket(lo, width, n)} AS b, max(total_allocated_bytes) / 1e6 AS a, "
+        f"max(total_reserved_bytes) / 1e6 AS r FROM events WHERE {where} GROUP BY ALL ORDER BY 1, 2"
     ).to_pylist()
-    peaks = source.arrow(
-        f"SELECT {dev} AS d, max(total_allocated_bytes) AS a, arg_max(start_ns, total_allocated_bytes) AS t, "
-        f"coalesce(max(total_reserved_bytes), 0) AS r FROM events WHERE {where} GROUP BY 1 ORDER BY 1"
-    ).to_pylist()
-    out = [Series(f"{_device(d)} allocated", "MiB", y) for d, y in _filled(rows, "d", "a", n).items()]
-    out += [Series(f"{_device(d)} reserved", "MiB", y) for d, y in _filled(rows, "d", "r", n).items() if any(y)]
-    return [Peak(_device(str(p["d"])), int(p["a"]), int(p["t"]) - lo, int(p["r"])) for p in peaks], out
+    out = [Series(f"{_device(d)} allocated", "MB", y) for d, y in _filled(rows, "d", "a", n).items()]
+    out += [Series(f"{_device(d)} reserved", "MB", y) for d, y in _filled(rows, "d", "r", n).items() if any(y)]
+    return out
 
 
 def _device(dev: str) -> str:

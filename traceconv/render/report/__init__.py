@@ -18,6 +18,7 @@ from traceconv.analyses import summary as SM
 from traceconv.analyses import timeline as T
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
+from traceconv.analyses.summary.scopes import Scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import TraceconvError
 from traceconv.render.report.assets import vega_bundle
@@ -53,9 +54,18 @@ def figures(source: Source, name: str, opts: Options) -> RunFigures:
         scope=scope.name,
         breakdown=T.breakdown(source, scope.gpu, scope.steps),
         steps=T.step_breakdown(source, s.lived.start_ns, s.lived.end_ns) if s.lived and scope.name == "steps" else [],
-        timeline=T.series(source, (int(window.start_ns[0]), int(window.end_ns[0]))),
+        timeline=T.series(source, _span(window)),
         histograms=T.histograms(source),
     )
+
+
+def _span(window: Scope) -> tuple[int, int]:
+    """Where the charts over time look: from the GPUs' first work to their last (the profiled window
+    when there is none), not seconds of set-up around 40 ms of work."""
+    spans = list(window.gpu.devices.values())
+    if not spans:
+        return int(window.start_ns[0]), int(window.end_ns[0])
+    return min(int(s[0][0]) for s in spans), max(int(s[1][-1]) for s in spans)
 
 
 def one_page(source: Source, name: str, opts: Options = Options(), progress: Step | None = None) -> Page:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceconv.analyses.results import CriticalPath, KernelRow, OpRow
+from traceconv.analyses.results import CriticalPath, KernelRow, MemoryPeak, OpRow
 from traceconv.analyses.timeline import CLASSES, Breakdown, Histogram, Series, Timeline
 from traceconv.names import kernel_label, shorten
 from traceconv.render.path import PART_WORDS
@@ -120,7 +120,12 @@ def steps(parts: list[Breakdown]) -> Spec | None:
             "field": "step",
             "type": "ordinal",
             "title": "step (in time order, warm-up left out)",
-            "axis": {"labelAngle": 0},
+            # at most ~25 labels however many steps (hundreds of labels smear into one another)
+            "axis": {
+                "labelAngle": 0,
+                "labelOverlap": "greedy",
+                "values": _every(sorted({b.step for b in parts if b.step is not None})),
+            },
         },
         "y": _q("ms", "ms", stack="zero"),
         "color": _n("part", "", scale={"domain": list(COLOURS), "range": list(COLOURS.values())}),
@@ -137,6 +142,15 @@ def steps(parts: list[Breakdown]) -> Spec | None:
         encoding=encoding,
         transform=[{"calculate": f"indexof({list(COLOURS)}, datum.part)", "as": "order"}],
     )
+
+
+STEP_LABELS = 25
+
+
+def _every(steps: list[int]) -> list[int]:
+    """The step labels to show: all of a few steps, every k-th of many."""
+    k = max(1, -(-len(steps) // STEP_LABELS))
+    return steps[::k]
 
 
 def _over_time(title: str, t: Timeline, lines: list[Series], y_title: str, colour: str) -> Spec | None:
@@ -171,14 +185,19 @@ def metrics(t: Timeline) -> Spec | None:
     return _over_time("SM activity and other GPU metrics (Nsight Systems samples)", t, t.metrics, "%", "metric")
 
 
-def memory(t: Timeline) -> Spec | None:
-    """The allocator's totals over time, with each device's peak marked."""
-    spec = _over_time("Memory over time (allocator totals)", t, t.memory, "MiB", "series")
+def memory(t: Timeline, peaks_of: dict[str, MemoryPeak]) -> Spec | None:
+    """The allocator's totals over time, with each device's peak (the summary's) marked."""
+    spec = _over_time("Memory over time (allocator totals)", t, t.memory, "MB", "series")
     if spec is None:
         return None
     peaks = [
-        {"t": round(p.at_ns / 1e6, 6), "v": round(p.allocated_bytes / 2**20, 2), "peak": f"{p.device} peak"}
-        for p in t.peaks
+        {
+            "t": round((m.peak_ns - t.start_ns) / 1e6, 6),
+            "v": round(m.allocated_peak_bytes / 1e6, 2),
+            "peak": f"{'host' if dev == 'cpu' else 'GPU ' + dev} peak",
+        }
+        for dev, m in peaks_of.items()
+        if m.peak_ns is not None
     ]
     line = {k: spec.pop(k) for k in ("mark", "encoding")}
     marker = {
@@ -187,7 +206,7 @@ def memory(t: Timeline) -> Spec | None:
         "encoding": {
             "x": {"field": "t", "type": "quantitative"},
             "y": {"field": "v", "type": "quantitative"},
-            "tooltip": [_n("peak", ""), _q("v", "MiB", format=".1f"), _q("t", "ms", format=".3f")],
+            "tooltip": [_n("peak", ""), _q("v", "MB", format=".1f"), _q("t", "ms", format=".3f")],
         },
     }
     spec["layer"] = [line, marker]

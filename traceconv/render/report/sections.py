@@ -9,8 +9,9 @@ from traceconv.analyses.diff import DiffReport
 from traceconv.analyses.summary import SummaryReport
 from traceconv.analyses.timeline import Breakdown, Histogram, Timeline
 from traceconv.names import kernel_label
+from traceconv.render.path import PART_WORDS
 from traceconv.render.report import charts as C
-from traceconv.render.report.page import Column, Page, count, kpis, mb, mib, ms, notes, pct, signed_ms, table, us
+from traceconv.render.report.page import Column, Page, count, kpis, mb, ms, notes, pct, signed_ms, table, us
 
 
 @dataclass(frozen=True)
@@ -31,17 +32,20 @@ def run_sections(page: Page, run: RunFigures, prefix: str = "") -> None:
     s = run.summary
     tag = f"{prefix} " if prefix else ""
     key = prefix.replace(" ", "-").lower() + "-" if prefix else ""
-    page.section(f"{key}overview", f"{tag}Overview and findings", _overview(s), _findings(s), notes(s.notes))
+    lacks = [f"not in this profile: {x.missing} ({x.hides}): {x.how}" for x in s.lacks]
+    page.section(f"{key}overview", f"{tag}Overview and findings", _overview(s), _findings(s), notes(lacks + s.notes))
     page.section(
         f"{key}time",
         f"{tag}Where the GPU time goes",
         page.chart(C.breakdown(run.breakdown, run.scope), "no GPU work in this input"),
-        page.chart(C.critical_path(s.critical_path), "the input marks no steps: no critical path of a step"),
+        page.chart(C.critical_path(s.critical_path), _missing(s, "steps", "the input marks no steps")),
         _breakdown_table(run.breakdown, run.scope),
-        page.chart(C.steps(run.steps), "the input marks no steps (ProfilerStep#N, NVTX step_N ...)"),
+        page.chart(C.steps(run.steps), _missing(s, "steps", "the input marks no steps")),
         page.chart(C.utilisation(run.timeline), "no GPU work in this input"),
-        page.chart(C.metrics(run.timeline), "no GPU metrics in this input (nsys profile --gpu-metrics-devices=...)"),
+        page.chart(C.metrics(run.timeline), _missing(s, "GPU metrics", "no GPU metrics in this input")),
     )
+    if s.ranks:
+        page.section(f"{key}ranks", f"{tag}Ranks (traceconv ranks compares them in full)", _ranks_table(s))
     page.section(
         f"{key}ops",
         f"{tag}Operators and kernels (whole profiled window)",
@@ -56,9 +60,16 @@ def run_sections(page: Page, run: RunFigures, prefix: str = "") -> None:
         f"{tag}Copies and memory",
         page.chart(C.copies(run.timeline), "no copies in this input"),
         _copies_table(s),
-        page.chart(C.memory(run.timeline), "no allocator events (PyTorch: profile_memory=True)"),
-        _peaks_table(run.timeline),
+        page.chart(C.memory(run.timeline, s.memory), _missing(s, "allocator events", "no allocator events")),
+        _peaks_table(s),
     )
+
+
+def _missing(s: SummaryReport, what: str, default: str) -> str:
+    """Why a chart is empty: what the profile lacks and the option that records it (the summary's own
+    words, for the profiler the input came from), else ``default``."""
+    lack = next((x for x in s.lacks if x.missing == what), None)
+    return f"not in this profile: {lack.missing} ({lack.hides}): {lack.how}" if lack else default
 
 
 def _overview(s: SummaryReport) -> str:
@@ -131,11 +142,52 @@ def _copies_table(s: SummaryReport) -> str:
     return table(cols, rows, "no copies")
 
 
-def _peaks_table(t: Timeline) -> str:
-    rows = [vars(p) for p in t.peaks]
-    cols = [Column("device", "device"), Column("peak allocated (MiB)", "allocated_bytes", mib)]
-    cols += [Column("at (ms)", "at_ns", ms), Column("peak reserved (MiB)", "reserved_bytes", mib)]
+def _ranks_table(s: SummaryReport) -> str:
+    """Per rank: its step, and its GPU time over its steps (its window without steps) by class, per step."""
+    rows = []
+    for r in s.ranks or []:
+        b = r.in_steps
+        n = max(r.steps, 1) if b is not None else 1
+        part = b if b is not None else r
+        rows.append(
+            {
+                "rank": r.label,
+                "step": r.step_ns,
+                "compute": part.compute_ns / n,
+                "comm": part.comm_ns / n,
+                "exposed": part.exposed_comm_ns / n,
+                "idle": part.idle_ns / n,
+                "wait": r.wait_ns / max(r.steps, 1),
+                "last": r.last_arrivals,
+            }
+        )
+    cols = [Column("rank", "rank"), Column("step (ms)", "step", ms), Column("compute (ms)", "compute", ms)]
+    cols += [Column("communication (ms)", "comm", ms), Column("exposed communication (ms)", "exposed", ms)]
+    cols += [Column("idle (ms)", "idle", ms), Column("waiting for other ranks (ms)", "wait", ms)]
+    cols += [Column("arrived last", "last", count)]
+    return table(cols, rows, "one rank")
+
+
+def _peaks_table(s: SummaryReport) -> str:
+    """Each device's allocated peak as the summary measures it (the same peak, time and units as the
+    terminal's), and what held it: the allocations live at the peak, by the operator that made them."""
+    rows = [
+        {
+            "device": dev,
+            "allocated": m.allocated_peak_bytes,
+            "at": m.peak_offset_ns,
+            "reserved": m.reserved_at_peak_bytes,
+            "holders": "; ".join(f"{h.name} {h.bytes / 1e6:,.1f} MB x{h.count}" for h in m.holders[:HOLDERS]) or "-",
+        }
+        for dev, m in s.memory.items()
+    ]
+    cols = [Column("device", "device"), Column("peak allocated (MB)", "allocated", mb)]
+    cols += [Column("at (ms from the start)", "at", ms), Column("reserved then (MB)", "reserved", mb)]
+    cols += [Column("live at the peak, by the operator that allocated it", "holders")]
     return table(cols, rows, "no allocator events")
+
+
+HOLDERS = 5
 
 
 def diff_section(page: Page, d: DiffReport, before: str, after: str) -> None:
@@ -146,6 +198,11 @@ def diff_section(page: Page, d: DiffReport, before: str, after: str) -> None:
         {"what": f"step time ({per})", "before": b.step_ns, "after": a.step_ns, "delta": delta.step_ns},
         {"what": f"GPU time ({per})", "before": b.gpu_time_ns, "after": a.gpu_time_ns, "delta": delta.gpu_time_ns},
     ]
+    if b.critical_path is not None and a.critical_path is not None:  # the median step by what it waited for
+        for key, words in PART_WORDS.items():
+            x, y = b.critical_path.parts.get(key, 0), a.critical_path.parts.get(key, 0)
+            if x or y:
+                rows.append({"what": f"critical path: {words}", "before": x, "after": y, "delta": y - x})
     cols = [Column("", "what"), Column(f"{before} (ms)", "before", ms), Column(f"{after} (ms)", "after", ms)]
     cols.append(Column("change (ms)", "delta", signed_ms))
     verdicts = kpis([("verdict before", b.bound.verdict), ("verdict after", a.bound.verdict)])
@@ -158,6 +215,8 @@ def diff_section(page: Page, d: DiffReport, before: str, after: str) -> None:
         ]
     )
     ops = [{**r, "b": r["before"]["gpu_self_ns"], "a": r["after"]["gpu_self_ns"]} for r in delta.top_ops]
+    # by the change the table shows (the delta's own order weighs CPU time and calls too), shown ones only
+    ops = sorted((o for o in ops if o["b"] or o["a"]), key=lambda o: -abs(o["gpu_self_ns"]))
     op_cols = [Column("operator", "name"), Column("status", "status"), Column("GPU self before (ms)", "b", ms)]
     op_cols += [Column("after (ms)", "a", ms), Column("change (ms)", "gpu_self_ns", signed_ms)]
     copies = [{"dir": k, **vars(c)} for k, c in delta.memcpy.items()]
@@ -174,5 +233,38 @@ def diff_section(page: Page, d: DiffReport, before: str, after: str) -> None:
         table(op_cols, ops, "no operator changed"),
         f"<h3>Copies ({per}, after − before)</h3>",
         table(copy_cols, copies, "no copies in either run"),
+        *_diff_metrics(d),
         notes(([d.note] if d.note else []) + d.notes),
     )
+
+
+def _diff_metrics(d: DiffReport) -> list[str]:
+    """GPU metrics before and after (SM activity ...), as the terminal's diff shows them."""
+    rows = [
+        {
+            "metric": f"{METRIC_WORDS.get(k, k)} · GPU {dev}",
+            "before": d.before.gpu_metrics[dev][k],
+            "after": v,
+            "delta": ch,
+        }
+        for dev, changes in d.delta.gpu_metrics.items()
+        for k, ch in changes.items()
+        if dev in d.before.gpu_metrics
+        and k in d.before.gpu_metrics[dev]
+        and (v := d.after.gpu_metrics[dev][k]) is not None
+    ]
+    if not rows:
+        return []
+    cols = [Column("GPU metric (mean of the samples)", "metric"), Column("before", "before", pct)]
+    cols += [Column("after", "after", pct), Column("change (points)", "delta", pct)]
+    return ["<h3>GPU metrics</h3>", table(cols, rows)]
+
+
+METRIC_WORDS = {
+    "sm_active_pct": "SMs active %",
+    "sm_issue_pct": "SM issue %",
+    "warps_in_flight_pct": "warps in flight %",
+    "tensor_active_pct": "Tensor active %",
+    "dram_read_pct": "DRAM read %",
+    "dram_write_pct": "DRAM write %",
+}
