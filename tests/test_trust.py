@@ -104,7 +104,8 @@ def test_steps_that_match_nothing_say_so() -> None:
     trace = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
     d = as_dict(summarize(load(trace, columns=INPUT_COLUMNS), step_pattern=r"^no_such_step_\d+$"), 0)
     assert d["steps"] is None and d["findings_scope"] == "window"
-    assert d["notes"] == ["no range matches --steps '^no_such_step_\\\\d+$': measured on the whole profiled window"]
+    assert d["notes"][0] == "no range matches --steps '^no_such_step_\\\\d+$': measured on the whole profiled window"
+    assert d["notes"][1].startswith("without steps, each GPU's busy and idle time is measured from its first work")
 
 
 def test_a_pytorch_run_against_an_nsys_export_is_compared_with_a_note() -> None:

@@ -188,6 +188,12 @@ def facts_notes(source: Source, facts: Facts, step_pattern: str) -> list[str]:
     notes = facts.steps.notes() if facts.steps is not None else []
     if facts.steps is None and step_pattern != STEP_PATTERN:
         notes.append(f"no range matches --steps {step_pattern!r}: measured on the whole profiled window")
+    if facts.steps is None and facts.gpu_spans:
+        span = max(e - s for s, e in facts.gpu_spans.values())
+        notes.append(
+            f"without steps, each GPU's busy and idle time is measured from its first work to its last "
+            f"({ms(span)} of the {ms(facts.window[1] - facts.window[0])} profiled), as `traceconv ranks` measures it"
+        )
     unlaunched = int(
         source.scalar(
             "SELECT count(*) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset') AND launch_event_id IS NULL"
