@@ -1,6 +1,6 @@
 """Run the planted programs on the GPU machine, with both profilers, and pack what they write.
 
-    python3 run.py OUT [--only SUBSTR,...] [--profilers torch,nsys] [--budget SECONDS]
+    python3 run.py OUT [--only STEM,...] [--profilers torch,nsys] [--budget SECONDS]
 
 For each job: `planted.py` under torch.profiler, then under Nsight Systems (one process each);
 each .nsys-rep is exported to SQLite, `nsys stats` writes NVIDIA's NVTX GPU projection and
@@ -102,7 +102,8 @@ def main() -> None:
     log = f"{a.out}/run.log"
     env = dict(os.environ, LD_LIBRARY_PATH="/tmp/dw/usr/lib/x86_64-linux-gnu", PYTHONUNBUFFERED="1")
     only = [s for s in a.only.split(",") if s]
-    jobs = [j for j in JOBS if not only or j[0] in only]
+    by_stem = {j[0]: j for j in JOBS}
+    jobs = [by_stem[s] for s in only] if only else JOBS  # in the order asked
     bg: list[subprocess.Popen[bytes]] = []
     planted = os.path.join(HERE, "planted.py")
     base = list(BASE)

@@ -82,8 +82,8 @@ def whatif(data: pa.Table | Source, removes: list[str], scales: list[str], step_
     before_w = step_windows(m, m.base)
     after_w = step_windows(m, after)
     measured = m.facts.steps.median_ns if m.facts.steps is not None else 0
-    replayed = _median(before_w)
-    predicted = measured + _median(after_w) - replayed  # the replay's own error cancels
+    replayed = _pace(m, m.base, before_w)
+    predicted = measured + _pace(m, after, after_w) - replayed  # the replay's own error cancels
     notes = [n for c in matched for n in c.notes]
     if several(source):
         notes.append(
@@ -110,7 +110,8 @@ def whatif(data: pa.Table | Source, removes: list[str], scales: list[str], step_
 def predict(m: Model, change: Change) -> int:
     """The median step with ``change`` (for the findings' savings)."""
     measured = m.facts.steps.median_ns if m.facts.steps is not None else 0
-    return measured + _median(step_windows(m, replay(m.graph, m.prepared, change))) - _median(step_windows(m, m.base))
+    after = replay(m.graph, m.prepared, change)
+    return measured + _pace(m, after, step_windows(m, after)) - _pace(m, m.base, step_windows(m, m.base))
 
 
 def step_windows(m: Model, t: Timeline) -> tuple[I.I64, I.I64]:
@@ -118,13 +119,7 @@ def step_windows(m: Model, t: Timeline) -> tuple[I.I64, I.I64]:
     work where the replay put it."""
     st, c, r = m.facts.steps, m.graph.calls, m.graph.gpu
     assert st is not None
-    shift = t.call_start - c.start
-
-    def moved(times: I.I64) -> I.I64:
-        at = np.searchsorted(c.start, times, side="right") - 1
-        return times + np.where(at >= 0, shift[np.maximum(at, 0)], 0)
-
-    host_start, host_end = moved(st.cpu_start_ns), moved(st.cpu_end_ns)
+    host_start, host_end = _moved(m, t, st.cpu_start_ns), _moved(m, t, st.cpu_end_ns)
     anchor = np.where(r.call >= 0, c.start[np.maximum(r.call, 0)], r.start)
     k = np.searchsorted(st.cpu_start_ns, anchor, side="right") - 1
     inside = (k >= 0) & (anchor < st.cpu_end_ns[np.maximum(k, 0)])
@@ -185,6 +180,24 @@ def _longest(g: Graph, t: Timeline, w: tuple[I.I64, I.I64]) -> list[dict[str, An
 
 def _median(w: tuple[I.I64, I.I64]) -> int:
     return round(float(np.median(w[1] - w[0])))
+
+
+def _pace(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> int:
+    """The steps' pace in a timeline: the median window, but no faster than the host issues steps.
+    A short capture whose host ran ahead leaves a backlog on the GPU; a change that speeds the GPU up
+    drains it at the GPU's pace for the few steps replayed, while in the steady state the host's
+    pace bounds the step."""
+    st = m.facts.steps
+    assert st is not None
+    host = _moved(m, t, st.cpu_end_ns) - _moved(m, t, st.cpu_start_ns)
+    return max(_median(w), round(float(np.median(host))))
+
+
+def _moved(m: Model, t: Timeline, times: I.I64) -> I.I64:
+    """Host times moved as the replay moved the last call that started at or before each."""
+    c = m.graph.calls
+    at = np.searchsorted(c.start, times, side="right") - 1
+    return times + np.where(at >= 0, (t.call_start - c.start)[np.maximum(at, 0)], 0)
 
 
 def as_dict(r: WhatIf) -> dict[str, Any]:

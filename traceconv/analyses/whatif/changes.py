@@ -22,7 +22,7 @@ import numpy as np
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.whatif.graph import Coded, Graph
-from traceconv.analyses.whatif.replay import Change
+from traceconv.analyses.whatif.replay import NO_WAIT_NS, Change
 from traceconv.errors import UsageError
 
 COPY_DIRECTIONS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
@@ -48,7 +48,7 @@ def parse(g: Graph, removes: list[str], scales: list[str]) -> tuple[Change, list
     out = []
     for spec in removes:
         one = Change.none(g)
-        out.append(_per_step(g, _remove(g, spec, gaps, one.host, one.gpu, one.no_wait), one))
+        out.append(_per_step(g, _remove(g, spec, gaps, one, one.no_wait), one))
         c = _both(c, one)
     for spec in scales:
         one = Change.none(g)
@@ -96,7 +96,8 @@ def _host_gaps(g: Graph) -> _Gaps:
     return _Gaps(np.minimum(before, c.start), c.start)
 
 
-def _remove(g: Graph, spec: str, gaps: _Gaps, host: I.I64, gpu: np.ndarray, no_wait: I.Bools) -> Matched:
+def _remove(g: Graph, spec: str, gaps: _Gaps, one: Change, no_wait: I.Bools) -> Matched:
+    host, call, gpu = one.host, one.call, one.gpu
     what, _, arg = spec.partition(":")
     m = Matched(f"remove {spec}")
     c, r = g.calls, g.gpu
@@ -115,6 +116,10 @@ def _remove(g: Graph, spec: str, gaps: _Gaps, host: I.I64, gpu: np.ndarray, no_w
         # the calls that waited for them (their own staging, the stream sync right after), no longer wait
         staged = issuing | (c.staging & np.r_[False, issuing[:-1]])
         no_wait |= staged
+        # a pageable copy's call returns once the runtime has staged it, often before the copy
+        # ends: no wait, but its time is the copy's; it keeps a launch's cost
+        own = c.end - c.start
+        call[issuing] -= np.maximum(own[issuing] - NO_WAIT_NS, 0)
         # the host work that made what an HtoD copy carries: the host's time since the last call before
         # it that launched GPU work or waited (bookkeeping calls, cudaStreamIsCapturing ..., aside)
         uploads = np.zeros(len(c.start), np.bool_)
