@@ -29,6 +29,8 @@ from traceconv.analyses import memory as M
 from traceconv.analyses import metrics as U
 from traceconv.analyses import ranks as R
 from traceconv.analyses.finding import Finding, ordered
+from traceconv.analyses.graphs import Graphs
+from traceconv.analyses.graphs import graphs as graphs_of
 from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.ranks.model import RankRow
 from traceconv.analyses.results import (
@@ -78,6 +80,7 @@ class Summary:
     lived: Steps | None = None  # the steps, as the program lived them
     lacks: list[Lack] = field(default_factory=list)  # what the profile does not hold
     critical_path: CriticalPath | None = None  # each step's time by what it waited for (steps only)
+    graphs: Graphs | None = None  # the CUDA graphs replayed (None: none)
 
     @property
     def focus(self) -> ScopeStats:
@@ -145,6 +148,7 @@ def summarize(
         lived=facts.steps,
         lacks=lacks(source, facts),
         critical_path=of_scope(steps),
+        graphs=graphs_of(source),
     )
 
 
@@ -232,6 +236,7 @@ class SummaryReport:
     idle_gaps: IdleGaps  # the focus scope's idle gaps by cause: what each fix would win, at most
     lacks: list[Lack]  # what the profile does not hold, what that hides, how to record it
     critical_path: CriticalPath | None  # the steps' time by what they waited for (null without steps)
+    graphs: Graphs | None  # the CUDA graphs replayed (null: none)
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -261,6 +266,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         idle_gaps=s.focus.gaps,
         lacks=s.lacks,
         critical_path=s.critical_path,
+        graphs=s.graphs,
     )
 
 
