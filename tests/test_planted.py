@@ -59,7 +59,11 @@ def test_the_planted_problem_is_the_top_finding_and_healthy_runs_are_quiet(
     assert severe, f"nothing of medium or high severity for {case['problem']}"
     assert severe[0]["code"] in case["codes"], (case["problem"], [(f["code"], f["saving_pct"]) for f in severe])
     planted = case.get("planted", case["codes"][0])
-    assert planted in {f["code"] for f in severe}, (planted, [(f["code"], f["severity"]) for f in d["findings"]])
+    if case.get("costless"):  # reported, at the little its fix would win (the real run without it agrees)
+        (f,) = [f for f in d["findings"] if f["code"] == planted]
+        assert f["severity"] == "low" and f["saving_pct"] < 5.0, f
+    else:
+        assert planted in {f["code"] for f in severe}, (planted, [(f["code"], f["severity"]) for f in d["findings"]])
     savings = [f["saving_ns"] for f in d["findings"] if f["saving_ns"] is not None]
     assert savings == sorted(savings, reverse=True)
 

@@ -56,6 +56,7 @@ from traceconv.analyses.summary.coverage import lacks
 from traceconv.analyses.summary.findings import evaluate, memory_findings
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.summary.path import of_scope
+from traceconv.analyses.summary.replayed import with_replayed_savings
 from traceconv.analyses.summary.scopes import step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import UsageError
@@ -131,8 +132,11 @@ def summarize(
     per_rank = R.analyse(source, step_pattern, thresholds) if R.several(source) else None
     memory = M.memory(source, facts.steps, top, facts.window[0])
     utilisation = utilisation_of(source, steps)
-    found = evaluate(focus, thresholds, facts.program, utilisation) + memory_findings(memory, thresholds, facts.program)
-    notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds)
+    found, replay_notes = with_replayed_savings(
+        source, facts, evaluate(focus, thresholds, facts.program, utilisation), step_pattern
+    )
+    found += memory_findings(memory, thresholds, facts.program)
+    notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds) + replay_notes
     return Summary(
         source=facts.source,
         window=window,
