@@ -15,8 +15,13 @@ the gaps that followed a sync waiting for a result (``SYNC_STALLS``) or staging 
 (``PAGEABLE_COPIES``); short gaps between launches (``TINY_KERNELS``, when most kernels are shorter
 than their launch call; else ``GPU_IDLE``); long gaps of the host's own work (``GPU_IDLE``). The
 copies' saving is their GPU time (``HOST_DEVICE_COPIES``); the SMs' is the busy time in which
-SMs sat idle (``LOW_SM_ACTIVITY``). Fixes are phrased for the program the trace comes from and
-chosen by what the host was doing (:mod:`traceconv.analyses.summary.advice`).
+SMs sat idle (``LOW_SM_ACTIVITY``); the matrix kernels' on the CUDA cores, what the tensor cores
+would take off their time (``NO_TENSOR_CORES``: their time times 1 - the CUDA cores' peak over the
+tensor cores' in the type the fix gives, TF32 or bf16, never more than the time itself; from
+:mod:`traceconv.analyses.roofline`, which also gives ``LOW_MFU``: MFU below its threshold, a figure
+without a saving of its own, reported when most of the matrix time's FLOPs are known). Fixes are
+phrased for the program the trace comes from and chosen by what the host was doing
+(:mod:`traceconv.analyses.summary.advice`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from traceconv.analyses.memory import growth
 from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import Program
 from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
+from traceconv.analyses.roofline import Roofline
+from traceconv.analyses.roofline.results import MatrixTime
 from traceconv.analyses.summary.advice import fix, idle_fix, tiny_fix
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
-from traceconv.names import kernel_label, shorten
+from traceconv.names import fit, kernel_label, shorten
 from traceconv.units import count, mb, ms, us
 
 CODES = (
@@ -44,6 +51,8 @@ CODES = (
     "LOW_OCCUPANCY",
     "TINY_KERNELS",
     "LOW_SM_ACTIVITY",
+    "NO_TENSOR_CORES",
+    "LOW_MFU",
     # memory (memory_findings)
     "MEMORY_GROWTH",
     "FRAGMENTATION",
@@ -85,12 +94,16 @@ def evaluate(
     thresholds: Thresholds = DEFAULTS,
     program: Program = PYTORCH,
     utilisation: Utilisation | None = None,
+    roofline: Roofline | None = None,
 ) -> list[Finding]:
     """The findings of one scope, by what their fixes would win; ``utilisation``: its GPU metrics,
-    if any (:func:`traceconv.analyses.metrics.scope_means`)."""
+    if any (:func:`traceconv.analyses.metrics.scope_means`); ``roofline``: its matrix work
+    (:func:`traceconv.analyses.roofline.roofline`)."""
     out = [f for check in _CHECKS if (f := check(stats, thresholds, program)) is not None]
     if utilisation and (sm := low_sm_activity(stats, utilisation, thresholds, program)) is not None:
         out.append(sm)
+    if roofline is not None:
+        out += [f for check in _ROOFLINE_CHECKS if (f := check(stats, roofline, thresholds, program)) is not None]
     return ordered(out)
 
 
@@ -372,6 +385,76 @@ _CHECKS: tuple[Callable[[ScopeStats, Thresholds, Program], Finding | None], ...]
     gpu_idle,
     low_occupancy,
     tiny_kernels,
+)
+
+
+# -- the matrix work: from traceconv.analyses.roofline -----------------------------------------
+UNKNOWN_GAIN = 0.5  # a GPU whose peaks are not known: the tensor cores taken as twice as fast, no more
+
+
+def no_tensor_cores(stats: ScopeStats, roof: Roofline, t: Thresholds, program: Program) -> Finding | None:
+    """Matrix kernels on the CUDA cores; the saving: their time less what the tensor cores would take
+    (none of it for work that is memory-bound on the CUDA cores already)."""
+    m = roof.matrix
+    if not m.cuda_ns or not stats.gpu_time_ns:
+        return None
+    value = m.cuda_ns * 100.0 / stats.gpu_time_ns
+    if value < t.NO_TENSOR_CORES or not costly(stats, m.cuda_ns, t):
+        return None
+    per = _per(stats)
+    peaks = roof.device.peaks
+    fixes = {d: peaks.tensor_fix(d) if peaks else None for d in m.cuda_by_dtype}
+    kept = sum(ns * (f[2] / f[1] if (f := fixes[d]) else UNKNOWN_GAIN) for d, ns in m.cuda_by_dtype.items())
+    faster = (m.cuda_ns - m.cuda_memory_bound_ns) / m.cuda_ns  # the part the tensor cores can speed up
+    saving = per.per_step(max(m.cuda_ns - min(kept, m.cuda_ns), 0) * faster)  # never more than their time
+    dtypes = sorted(m.cuda_by_dtype, key=lambda d: -m.cuda_by_dtype[d])
+    names = ", ".join(fit([kernel_label(n) for n in m.cuda_kernels[:2]], 36))
+    advice = fix("NO_TENSOR_CORES" if dtypes[0] in ("fp32", "tf32") else "NO_TENSOR_CORES_16", program)
+    msg = (
+        f"matrix kernels on CUDA cores take {value:.0f}% of GPU time {_where(stats)} ({ms(per.per_step(m.cuda_ns))} "
+        f"a step, {'/'.join(dtypes)}: {names}); {_rates(roof, fixes)}{_memory_bound(m)}; {_wins(per, saving)}. "
+        f"Fix: {advice}"
+    )
+    return _timed("NO_TENSOR_CORES", value, t.NO_TENSOR_CORES, msg, per, saving)
+
+
+def _rates(roof: Roofline, fixes: dict[str, tuple[str, float, float] | None]) -> str:
+    """What the tensor cores would do instead: "on the H200 SXM's tensor cores TF32 runs 494.5 TFLOP/s to
+    fp32's 67.0"."""
+    said = [f"{f[0].upper()} runs {f[1]:,.1f} TFLOP/s to {d}'s {f[2]:,.1f}" for d, f in fixes.items() if f]
+    if not said:
+        return "the GPU's peaks are not known (--peak): its tensor cores taken as twice as fast"
+    return f"on the {roof.device.model}'s tensor cores " + "; ".join(said)
+
+
+def _memory_bound(m: MatrixTime) -> str:
+    if not m.cuda_memory_bound_ns:
+        return ""
+    return f" ({m.cuda_memory_bound_ns * 100 / m.cuda_ns:.0f}% of the time is memory-bound: no gain there)"
+
+
+def low_mfu(stats: ScopeStats, roof: Roofline, t: Thresholds, program: Program) -> Finding | None:
+    """MFU below its threshold, where most of the matrix time's FLOPs are known: a figure to place the
+    findings above against, not a saving of its own (severity low)."""
+    if roof.mfu_pct is None or roof.achieved_tflops is None or not roof.flops_per_step:
+        return None
+    if roof.matrix.flops_known_pct < t.mfu_known_pct or roof.mfu_pct >= t.LOW_MFU:
+        return None
+    top = next((o for o in roof.ops if o.pct_of_roof is not None), None)
+    op = f", {top.name} at {top.pct_of_roof:.0f}% of its {top.dtype} roof ({top.bound}-bound)" if top else ""
+    matrix = roof.matrix.matrix_ns / max(roof.steps, 1) / max(roof.gpus, 1)
+    msg = (
+        f"MFU {roof.mfu_pct:.1f}% {_where(stats)}: {roof.flops_per_step / 1e12:,.2f} TFLOP a step in "
+        f"{ms(roof.step_ns)}, {roof.achieved_tflops:,.1f} TFLOP/s against the {roof.device.model}'s "
+        f"{roof.mfu_peak_tflops:,.1f} TFLOP/s {roof.mfu_basis}; matrix kernels run {ms(matrix)} of the step{op}. "
+        f"Fix: {fix('LOW_MFU', program)}"
+    )
+    return Finding("LOW_MFU", "low", msg, round(roof.mfu_pct, 2), t.LOW_MFU)
+
+
+_ROOFLINE_CHECKS: tuple[Callable[[ScopeStats, Roofline, Thresholds, Program], Finding | None], ...] = (
+    no_tensor_cores,
+    low_mfu,
 )
 
 

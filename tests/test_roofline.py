@@ -1,0 +1,293 @@
+"""The roofline (issue 48) on real profiles: the GPU from the profile, the matrix work's FLOPs, the achieved
+TFLOP/s and MFU, tensor cores or CUDA cores, and the findings NO_TENSOR_CORES and LOW_MFU.
+
+The truths are counted from the raw files (:mod:`tests.roofline_truth`, :mod:`tests.step_truth`): FLOPs
+by the textbook formulas of the operators the models run (Linear, attention, Conv2d), the step time as
+the GPU ran the steps, and the datasheet peaks written out here. The profiles: the seed's transformer
+trained in fp32 with PyTorch's defaults (its GEMMs on the CUDA cores) under torch.profiler and under
+Nsight Systems with ``--pytorch=autograd-shapes-nvtx``; a conv net in fp32 (cuDNN's convolutions in TF32
+on the tensor cores); the same kind of models under bf16 autocast (all on the tensor cores).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from traceconv.analyses.common import load
+from traceconv.analyses.prepare import INPUT_COLUMNS
+from traceconv.analyses.roofline import flops as F
+from traceconv.analyses.roofline import peaks as P
+from traceconv.analyses.roofline.tensor_cores import by_metric, classify
+from traceconv.analyses.summary import as_dict, summarize
+from traceconv.cli import main
+
+from .conftest import ROOT, fixture
+from .roofline_truth import (
+    device_names,
+    json_cuda_core_gemm_ns,
+    json_gpu_span_ns,
+    json_matrix_flops,
+    sqlite_matrix_flops,
+)
+from .step_truth import json_steps, sqlite_steps
+
+BUGGY = fixture("pytorch/h200/train_buggy.pt.trace.json.gz")
+FIXED = fixture("pytorch/h200/train_fixed.pt.trace.json.gz")
+NSYS = fixture("nsys/h200/autograd_nvtx.sqlite")
+CONV_TF32 = fixture("pytorch/h200/conv_nvtx_stack.json")
+AUTOCAST = fixture("key_averages/h200/ka_autocast.json")
+CNN_BF16 = fixture("key_averages/h200/ka_cnn_bf16.json")
+NO_DEVICE = fixture(
+    "pytorch/public/facebookresearch__HolisticTraceAnalysis__tests_data_trace_filter_sampled_rank-0.json.gz"
+)
+GOLDEN = ROOT / "tests" / "golden" / "kernel_engines.csv"
+# NVIDIA H200 Tensor Core GPU datasheet (H200 SXM), dense: what MFU and the saving are measured against
+H200_BF16, H200_TF32, H200_FP32 = 989.5, 494.5, 67.0
+_CACHE: dict[Path, dict[str, Any]] = {}
+
+
+def summary(path: Path) -> dict[str, Any]:
+    if path not in _CACHE:
+        _CACHE[path] = as_dict(summarize(load(path, columns=INPUT_COLUMNS)), 0)
+    return _CACHE[path]
+
+
+@pytest.mark.parametrize(
+    ("path", "truth"),
+    [(BUGGY, json_steps), (FIXED, json_steps), (NSYS, sqlite_steps)],
+    ids=["train_buggy", "train_fixed", "autograd_nvtx-nsys"],
+)
+def test_fp32_training_flops_tflops_and_mfu_agree_with_an_independent_count(path: Path, truth: Any) -> None:
+    flops, steps = sqlite_matrix_flops(path) if path.suffix == ".sqlite" else json_matrix_flops(path)
+    step_ns = truth(path)["step_ns"]
+    r = summary(path)["roofline"]
+    assert r["scope"] == "steps" and r["gpus"] == 1
+    assert r["flops_per_step"] == pytest.approx(flops / steps, rel=0.001)
+    tflops = flops / steps / step_ns / 1e3
+    assert r["achieved_tflops"] == pytest.approx(tflops, rel=0.10)  # the issue's bound: 15%
+    assert r["mfu_pct"] == pytest.approx(tflops * 100 / H200_BF16, rel=0.10)  # the issue's bound: 20%
+    assert r["mfu_basis"] == "bf16 dense tensor-core peak" and r["mfu_peak_tflops"] == H200_BF16
+    assert r["matrix"]["flops_known_pct"] == 100.0
+
+
+def test_fp32_gemms_run_on_cuda_cores_near_the_fp32_roof() -> None:
+    ops = {o["name"]: o for o in summary(FIXED)["roofline"]["ops"]}
+    mm = ops["aten::mm"]
+    assert (mm["engine"], mm["dtype"], mm["roof_tflops"], mm["bound"]) == ("cuda", "fp32", H200_FP32, "compute")
+    assert mm["tflops"] == pytest.approx(mm["flops"] / mm["gpu_ns"] / 1e3, rel=0.01)
+    assert 30 < mm["tflops"] < H200_FP32  # 46.5 TFLOP/s: 69% of fp32's peak (the issue's H100: 52 of 67)
+    attention = ops["aten::_efficient_attention_forward"]
+    assert attention["engine"] == "tensor" and attention["dtype"] == "3xtf32"  # fp32 emulated on tensor cores
+
+
+@pytest.mark.parametrize("path", [FIXED, BUGGY], ids=["train_fixed", "train_buggy"])
+def test_fp32_defaults_get_no_tensor_cores_with_the_saving_of_tf32(path: Path) -> None:
+    d = summary(path)
+    found = {f["code"]: f for f in d["findings"]}["NO_TENSOR_CORES"]
+    assert found["severity"] in ("high", "medium")
+    cuda_ns, steps = json_cuda_core_gemm_ns(path)
+    assert d["roofline"]["matrix"]["cuda_ns"] == pytest.approx(cuda_ns, rel=0.01)
+    saving = cuda_ns / steps * (1 - H200_FP32 / H200_TF32)
+    assert found["saving_ns"] == pytest.approx(saving, rel=0.01) and found["saving_ns"] < cuda_ns / steps
+    assert 'torch.set_float32_matmul_precision("high")' in found["message"]
+    assert "torch.autocast" in found["message"] and "494.5 TFLOP/s" in found["message"]
+
+
+def test_the_same_loop_under_nsys_gets_no_tensor_cores_too() -> None:
+    codes = {f["code"]: f["severity"] for f in summary(NSYS)["findings"]}
+    assert codes["NO_TENSOR_CORES"] in ("high", "medium")
+
+
+@pytest.mark.parametrize("path", [AUTOCAST, CNN_BF16], ids=["ka_autocast", "ka_cnn_bf16"])
+def test_bf16_autocast_flops_and_mfu_over_the_gpus_span(path: Path) -> None:
+    flops, _ = json_matrix_flops(path)
+    span = json_gpu_span_ns(path)
+    r = summary(path)["roofline"]
+    assert r["scope"] == "window" and r["step_ns"] == pytest.approx(span, rel=0.001)
+    assert r["flops_per_step"] == pytest.approx(flops, rel=0.001)
+    assert r["mfu_pct"] == pytest.approx(flops / span / 1e3 * 100 / H200_BF16, rel=0.01, abs=0.005)
+
+
+def test_bf16_autocast_is_on_tensor_cores_and_gets_no_no_tensor_cores() -> None:
+    d = summary(AUTOCAST)
+    m = d["roofline"]["matrix"]
+    assert m["cuda_ns"] == 0 and m["tensor_ns"] > 0
+    assert "NO_TENSOR_CORES" not in {f["code"] for f in d["findings"]}
+    mm = {o["name"]: o for o in d["roofline"]["ops"]}["aten::mm"]
+    assert (mm["engine"], mm["dtype"], mm["roof_tflops"]) == ("tensor", "bf16", H200_BF16)
+
+
+def test_fp32_convolutions_run_in_tf32_on_tensor_cores() -> None:
+    flops, _ = json_matrix_flops(CONV_TF32)
+    r = summary(CONV_TF32)["roofline"]
+    assert r["flops_per_step"] == pytest.approx(flops, rel=0.001)
+    conv = {o["name"]: o for o in r["ops"]}["aten::cudnn_convolution"]
+    assert conv["dtype"] == "tf32" and conv["roof_tflops"] == H200_TF32
+    assert r["matrix"]["tensor_ns"] > r["matrix"]["cuda_ns"]
+
+
+@pytest.mark.parametrize(
+    ("rel", "model"),
+    [
+        ("pytorch/h200/train_buggy.pt.trace.json.gz", "H200 SXM"),
+        ("nsys/h200/autograd_nvtx.sqlite", "H200 SXM"),
+        (
+            "pytorch/public/AMD-AGI__TraceLens__tests_traces_h100_gaunernst_bert-small-uncased__1016001.json.gz",
+            "H100 SXM",
+        ),
+        ("pytorch/public/AMD-AGI__TraceLens__tests_traces_b200_eager_trace.json.gz", "B200"),
+        ("pytorch/public/AMD-AGI__TraceLens__tests_traces_mi300_resnet_act_checkpoint.json.gz", "MI300X"),
+    ],
+    ids=["h200", "h200-nsys", "h100", "b200", "mi300x"],
+)
+def test_the_gpu_comes_from_the_profile(rel: str, model: str) -> None:
+    path = fixture(rel)
+    device = summary(path)["roofline"]["device"]
+    assert device["name"] == device_names(path)[0] and device["model"] == model
+    assert device["peaks"] == json.loads(json.dumps(P.BY_KEY[model.lower()].peaks.__dict__))
+    assert "http" in device["source"]
+
+
+def test_every_row_of_the_table_cites_its_source_and_the_corpus_gpus_are_in_it() -> None:
+    assert all(m.source.split(", ")[-1].startswith("https://") for m in P.TABLE)
+    keys = {m.key for m in P.TABLE}
+    wanted = {"V100 SXM2", "A100 PCIe 40GB", "A100 SXM 80GB", "H100 PCIe", "H100 SXM", "H100 NVL", "H200 SXM", "B200"}
+    assert wanted | {"L4", "L40S", "A10", "RTX 4090", "MI250X (one GCD)", "MI300X", "MI325X"} <= keys
+    assert P.match("NVIDIA A100-SXM4-80GB", 84_990_623_744).key == "A100 SXM 80GB"
+    assert P.match("NVIDIA A100-PG509-200", 42_297_524_224).key == "A100 SXM 40GB"
+    assert P.match("Tesla V100-SXM2-32GB", 34_079_637_504).key == "V100 SXM2"
+    assert P.match("NVIDIA H100 PCIe", 85_000_000_000).key == "H100 PCIe"
+    assert P.match("", 206_141_652_992, 304).key == "MI300X"  # ROCm Kineto without a name (vLLM trace)
+    assert P.match("NVIDIA A10G", 24_000_000_000) is None
+
+
+def test_an_unknown_gpu_gets_null_figures_and_a_note_then_peaks_by_hand() -> None:
+    r = summary(NO_DEVICE)["roofline"]  # an HTA trace without deviceProperties
+    assert r["device"]["peaks"] is None and r["mfu_pct"] is None and "--peak" in r["device"]["note"]
+    got = CliRunner().invoke(main, ["summary", str(NO_DEVICE), "--format", "json", "--peak", "gpu=A100 SXM 40GB"])
+    assert got.exit_code == 0, got.output
+    assert json.loads(got.output)["roofline"]["device"]["model"] == "A100 SXM 40GB"
+
+
+def test_peak_overrides_the_table_and_a_bad_one_is_a_usage_error() -> None:
+    got = CliRunner().invoke(main, ["summary", str(FIXED), "--format", "json", "--peak", "bf16=500"])
+    r = json.loads(got.output)["roofline"]
+    assert r["mfu_peak_tflops"] == 500 and r["device"]["overridden"] == ["bf16"]
+    assert r["mfu_pct"] == pytest.approx(r["achieved_tflops"] * 100 / 500, rel=0.01)
+    bad = CliRunner().invoke(main, ["summary", str(FIXED), "--peak", "bf16=fast"])
+    assert bad.exit_code == 2
+    assert "--peak 'bf16=fast' is not NAME=VALUE with a positive number" in bad.output
+    unknown = CliRunner().invoke(main, ["kernels", str(FIXED), "--peak", "gpu=H900"])
+    assert unknown.exit_code == 2 and "--peak gpu='H900' is not in the table" in unknown.output
+
+
+def test_low_mfu_is_a_low_figure_after_the_time_findings() -> None:
+    findings = summary(FIXED)["findings"]
+    low = {f["code"]: f for f in findings}["LOW_MFU"]
+    assert low["severity"] == "low" and low["saving_ns"] is None and low["threshold"] == 20.0
+    assert low["value"] == summary(FIXED)["roofline"]["mfu_pct"]
+    assert [f["code"] for f in findings].index("LOW_MFU") > [f["code"] for f in findings].index("NO_TENSOR_CORES")
+
+
+def test_the_summary_table_has_one_roofline_line() -> None:
+    text = CliRunner().invoke(main, ["summary", str(FIXED)], env={"COLUMNS": "100"}).output
+    lines = [line for line in text.splitlines() if line.startswith("Roofline ")]
+    assert lines == [
+        "Roofline (H200 SXM): 0.42 TFLOP a step, 21.4 TFLOP/s, MFU 2.2% of 989.5 TFLOP/s bf16 dense tensor-"
+    ]
+
+
+def test_kernels_and_ops_gain_the_roofline_columns_from_one_place() -> None:
+    roofs = {o["name"]: o for o in summary(BUGGY)["roofline"]["kernels"]}
+    got = CliRunner().invoke(main, ["kernels", str(BUGGY), "--format", "json"])
+    rows = json.loads(got.output)["rows"]
+    gemm = next(r for r in rows if "sm80_xmma_gemm" in r["name"])
+    assert gemm["engine"] == "cuda" and gemm["dtype"] == "fp32"
+    assert gemm["tflops"] == pytest.approx(roofs[gemm["name"]]["tflops"], abs=0.05)  # the steps hold all kernels
+    ops = CliRunner().invoke(main, ["ops", str(BUGGY), "--format", "json"])
+    mm = next(r for r in json.loads(ops.output)["rows"] if r["name"] == "aten::mm")
+    assert mm["tflops"] == {o["name"]: o for o in summary(BUGGY)["roofline"]["ops"]}["aten::mm"]["tflops"]
+
+
+# -- the kernel-name rules -----------------------------------------------------------------------
+def _golden() -> list[dict[str, str]]:
+    with open(GOLDEN, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_every_kernel_name_of_the_corpus_is_classified_as_the_golden_file_says() -> None:
+    """tests/golden/kernel_engines.csv: every kernel name of the fixtures (``python -m tests.tools.kernel_engines``)."""
+    for row in _golden():
+        e = classify(row["name"])
+        assert (e.rule, e.engine or "", e.dtype or "") == (row["rule"], row["engine"], row["dtype"]), row["name"]
+
+
+def test_the_golden_file_holds_the_kernels_of_the_profiles() -> None:
+    from .tools.kernel_engines import kernel_names
+
+    names = {r["name"] for r in _golden()}
+    for rel in (
+        "pytorch/h200/train_buggy.pt.trace.json.gz",
+        "nsys/h200/autograd_nvtx.sqlite",
+        "key_averages/h200/ka_autocast.json",
+    ):
+        assert kernel_names(rel) <= names
+
+
+def test_the_rules_keep_the_families_apart() -> None:
+    """Independent of the rules' own regular expressions: what each family's names say."""
+    for row in _golden():
+        name = row["name"].lower()
+        if "ffma" in name or ("sgemm" in name and "tf32" not in name) or "_simt_" in name:
+            assert row["engine"] == "cuda", name
+        if any(k in name for k in ("nvjet", "wgmma", "_tensorop_", "tensor16x8x", "warpgroupsize", "s1688gemm")):
+            assert row["engine"] == "tensor", name
+        if any(k in name for k in ("splitkreduce", "nchwtonhwc", "elementwise_kernel", "reduce_kernel")):
+            assert row["rule"] in ("none", "direct") and row["engine"] == "", name
+    engines = {r["engine"] for r in _golden() if r["rule"] not in ("none", "direct")}
+    assert engines == {"tensor", "cuda", ""}
+
+
+def test_tensor_active_agrees_with_the_names() -> None:
+    """GPU metrics of the fp32 loop under Nsight Systems: inside the kernels the names put on the CUDA cores the
+    tensor cores stay idle; inside fp32 memory-efficient attention (3xTF32) they work."""
+    from traceconv.analyses import metrics as U
+    from traceconv.analyses.inputs import open_source
+
+    with open_source([fixture("nsys/h200/gpu_metrics.sqlite", packed=True)]) as source:
+        per = U.per_kernel(source, ("tensor_active_pct",))
+    seen = {str(n): (v, s) for n, v, s in zip(per["name"], per["tensor_active_pct"], per["samples"], strict=True)}
+    cuda = [(n, v) for n, (v, s) in seen.items() if s >= 20 and classify(n).engine == "cuda"]
+    tensor = [(n, v) for n, (v, s) in seen.items() if s >= 20 and classify(n).engine == "tensor"]
+    assert len(cuda) >= 4 and all(v < 2.5 for _, v in cuda), cuda  # the samples' noise: 0-2%
+    assert tensor and min(v for _, v in tensor) > 3.5, tensor  # forward 3.9% (memory-bound), backward 12.8%
+    unknown = classify("void cutlass::gemm_nn_128x128<float>(float*, float*)")
+    assert (unknown.engine, by_metric(unknown, 12.0).engine, by_metric(unknown, 0.2).engine) == (None, "tensor", "cuda")
+
+
+# -- FLOPs of one call ---------------------------------------------------------------------------
+def test_the_profilers_own_flops_win_over_the_shapes() -> None:
+    """Hand-made (no trace of the corpus carries ``flops``: torch 2.11 writes none): a call with both."""
+    args = json.dumps({"Input Dims": [[4096, 8000], [8000, 512]], "Input type": ["float", "float"], "flops": 12345})
+    found = F.work("aten::mm", args)
+    assert found is not None and (found.flops, found.source, found.dtype) == (12345, "flops_arg", "fp32")
+    assert F.work("aten::mm", json.dumps({"Input Dims": [[4, 8], [8, 2]]})).flops == 2 * 4 * 8 * 2  # type: ignore[union-attr]
+    assert F.work("aten::relu", args) is None
+
+
+def test_nsys_ranges_carry_their_shapes_in_their_names() -> None:
+    db = sqlite3.connect(f"file:{NSYS}?mode=ro", uri=True)
+    text = db.execute(
+        "SELECT coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) AS t FROM NVTX_EVENTS "
+        "WHERE t LIKE 'aten::mm, %sizes = %' LIMIT 1"
+    ).fetchone()[0]
+    db.close()
+    found = F.work(text, None)
+    assert found is not None and found.flops > 0 and found.dtype is None  # nsys records no types
