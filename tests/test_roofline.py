@@ -291,3 +291,24 @@ def test_nsys_ranges_carry_their_shapes_in_their_names() -> None:
     db.close()
     found = F.work(text, None)
     assert found is not None and found.flops > 0 and found.dtype is None  # nsys records no types
+
+
+def test_the_reports_roofline_chart_draws_the_summarys_operators_under_the_datasheet_roofs() -> None:
+    from traceconv.analyses.inputs import open_source
+    from traceconv.render import report as R
+    from traceconv.render.report import charts as C
+
+    with open_source([FIXED]) as source:
+        run = R.figures(source, FIXED.name, R.Options())
+    spec = C.roofline(run.summary.roofline)
+    assert spec is not None
+    roofs, dots = spec["layer"]
+    assert {(d["name"], d["tflops"]) for d in dots["data"]["values"]} == {
+        (o["name"], o["tflops"]) for o in summary(FIXED)["roofline"]["ops"]
+    }
+    flat = {
+        r["roof"]: max(p["tflops"] for p in roofs["data"]["values"] if p["roof"] == r["roof"])
+        for r in roofs["data"]["values"]
+    }
+    assert flat == {"fp32 (CUDA cores)": H200_FP32, "TF32 (tensor cores)": H200_TF32, "bf16 (tensor cores)": H200_BF16}
+    assert C.roofline(None) is None
