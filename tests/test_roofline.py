@@ -312,3 +312,16 @@ def test_the_reports_roofline_chart_draws_the_summarys_operators_under_the_datas
     }
     assert flat == {"fp32 (CUDA cores)": H200_FP32, "TF32 (tensor cores)": H200_TF32, "bf16 (tensor cores)": H200_BF16}
     assert C.roofline(None) is None
+
+
+def test_a_gpu_without_tf32_is_told_to_use_autocast() -> None:
+    """The V100 of Kineto's public ResNet-50 sample: fp32 convolutions on the CUDA cores, no TF32 to turn on."""
+    d = summary(
+        fixture(
+            "pytorch/public/pytorch__kineto__tb_plugin_samples_resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+        )
+    )
+    found = {f["code"]: f for f in d["findings"]}["NO_TENSOR_CORES"]
+    assert d["roofline"]["device"]["model"] == "V100 SXM2"
+    assert "torch.autocast" in found["message"] and "set_float32_matmul_precision" not in found["message"]
+    assert "FP16 runs 125.0 TFLOP/s to fp32's 15.7" in found["message"]

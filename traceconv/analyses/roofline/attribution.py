@@ -44,11 +44,12 @@ def kernels(frame: pd.DataFrame, tensor_active: Mapping[str, float] | None = Non
     """:func:`read`'s kernels with their engine (by name; by Tensor Active where the name does not tell),
     their share of their operator's FLOPs and bytes, and the operator's input type; ``op_key`` numbers
     the operator calls (-1: none), ``op`` is the operator's grouped name."""
-    names = pd.unique(frame["name"])
-    engines = {n: T.by_metric(T.classify(n), (tensor_active or {}).get(n)) for n in names}
+    names = frame["name"].astype("category")
+    engines = [T.by_metric(T.classify(n), (tensor_active or {}).get(n)) for n in names.cat.categories]
+    codes = names.cat.codes.to_numpy()
     out = pd.DataFrame(
         {
-            "name": frame["name"].astype("category"),
+            "name": names,
             "dur_ns": frame["dur_ns"].fillna(0).astype("int64").to_numpy(),
             "device": frame["device"].fillna(-1).astype("int64").to_numpy(),
             "trace_id": frame["trace_id"].astype("category"),
@@ -60,9 +61,11 @@ def kernels(frame: pd.DataFrame, tensor_active: Mapping[str, float] | None = Non
     key = np.full(len(frame), -1, np.int64)
     key[keyed.to_numpy()] = frame[keyed].groupby(["trace_id", "op_event_id"], sort=False, observed=True).ngroup()
     out["op_key"] = key
-    out["op"] = frame["op"].map(lambda n: op_label(n) if isinstance(n, str) else None).astype("category")
-    for col, attr in (("rule", "rule"), ("engine", "engine"), ("dtype", "dtype"), ("matrix", "matrix")):
-        out[col] = frame["name"].map({n: getattr(e, attr) for n, e in engines.items()})
+    ops = frame["op"].astype("category")
+    labels = np.array([op_label(str(c)) for c in ops.cat.categories] + [None], dtype=object)
+    out["op"] = pd.Categorical(labels[ops.cat.codes.to_numpy()])  # nsys: many ranges' texts, one operator
+    for col in ("rule", "engine", "dtype", "matrix"):
+        out[col] = np.array([getattr(e, col) for e in engines] + [None], dtype=object)[codes]
     out["matrix"] = out["matrix"].astype(bool)
     return _with_work(out, frame)
 
@@ -75,10 +78,11 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     dtypes: list[str | None] = [None] * (ops + 1)
     has = key >= 0
     first = pd.Series(np.arange(len(key)))[has].groupby(key[has]).first()
-    for k, row in first.items():
-        found = F.work(str(frame["op"].iat[row]), _text(frame["args"].iat[row]))
+    texts, args = frame["op"].to_numpy(), frame["args"].to_numpy()
+    for k, row in zip(first.index.to_numpy(), first.to_numpy(), strict=True):
+        found = F.work(str(texts[row]), _text(args[row]))
         if found is not None:
-            flops[int(k)], elements[int(k)], dtypes[int(k)] = found.flops, found.elements, found.dtype
+            flops[k], elements[k], dtypes[k] = found.flops, found.elements, found.dtype
     at = np.where(has, key, ops)
     dur = out["dur_ns"].to_numpy().astype(np.float64)
     matrix = out["matrix"].to_numpy()
@@ -88,7 +92,9 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     own = np.where(by_matrix[at] > 0, np.where(matrix, by_matrix[at], 0.0), by_all[at])
     share = np.where(has & (own > 0), dur / np.where(own > 0, own, 1.0), 0.0)
     op_dtype = np.array(dtypes, dtype=object)[at]
-    size = np.array([F.SIZES.get(d or k or "fp32", 4) for d, k in zip(op_dtype, out["dtype"], strict=True)])
+    op_size = np.array([F.SIZES.get(d or "", 0) for d in dtypes], dtype=np.float64)[at]
+    kernel_size = pd.Series(out["dtype"]).map(F.SIZES).fillna(4).to_numpy(dtype=np.float64)
+    size = np.where(op_size > 0, op_size, kernel_size)  # the inputs' type, else the kernel's, else 4 bytes
     out["flops"] = flops[at] * share
     out["moved"] = elements[at] * share * size
     out["op_dtype"] = op_dtype

@@ -40,6 +40,11 @@ _FIXES: dict[str, dict[str, str]] = {
         "cuda": "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH) or CUBLAS_COMPUTE_32F_FAST_TF32 for fp32 "
         "GEMMs, or compute in bf16/fp16",
     },
+    "NO_TENSOR_CORES_AMP": {  # fp32 on a GPU whose tensor cores have no TF32, or gain little from it
+        "pytorch": 'run the forward pass under autocast: torch.autocast("cuda", dtype=torch.bfloat16), or '
+        "torch.float16 with torch.amp.GradScaler where the GPU has no bf16 (V100)",
+        "cuda": "compute the GEMMs in fp16 or bf16 (cublasGemmEx with CUDA_R_16F/CUDA_R_16BF inputs)",
+    },
     "NO_TENSOR_CORES_16": {  # 16-bit matrix work that the libraries ran on the CUDA cores all the same
         "pytorch": "make matrix dimensions multiples of 8, use channels_last for convolutions and "
         "torch.backends.cudnn.benchmark = True, so that the libraries can pick tensor-core kernels",

@@ -409,13 +409,21 @@ def no_tensor_cores(stats: ScopeStats, roof: Roofline, t: Thresholds, program: P
     saving = per.per_step(max(m.cuda_ns - min(kept, m.cuda_ns), 0) * faster)  # never more than their time
     dtypes = sorted(m.cuda_by_dtype, key=lambda d: -m.cuda_by_dtype[d])
     names = ", ".join(fit([kernel_label(n) for n in m.cuda_kernels[:2]], 36))
-    advice = fix("NO_TENSOR_CORES" if dtypes[0] in ("fp32", "tf32") else "NO_TENSOR_CORES_16", program)
+    advice = fix(_advice(dtypes[0], fixes.get(dtypes[0])), program)
     msg = (
         f"matrix kernels on CUDA cores take {value:.0f}% of GPU time {_where(stats)} ({ms(per.per_step(m.cuda_ns))} "
         f"a step, {'/'.join(dtypes)}: {names}); {_rates(roof, fixes)}{_memory_bound(m)}; {_wins(per, saving)}. "
         f"Fix: {advice}"
     )
     return _timed("NO_TENSOR_CORES", value, t.NO_TENSOR_CORES, msg, per, saving)
+
+
+def _advice(dtype: str, found: tuple[str, float, float] | None) -> str:
+    """The fix for the type that takes most of the CUDA-core time: TF32 (or autocast), autocast alone
+    where the GPU's TF32 gains little (V100: none; GeForce: fp32's rate), or shapes and layouts for 16-bit."""
+    if dtype not in ("fp32", "tf32"):
+        return "NO_TENSOR_CORES_16"
+    return "NO_TENSOR_CORES_AMP" if found is not None and found[0] != "tf32" else "NO_TENSOR_CORES"
 
 
 def _rates(roof: Roofline, fixes: dict[str, tuple[str, float, float] | None]) -> str:
@@ -428,7 +436,7 @@ def _rates(roof: Roofline, fixes: dict[str, tuple[str, float, float] | None]) ->
 
 
 def _memory_bound(m: MatrixTime) -> str:
-    if not m.cuda_memory_bound_ns:
+    if m.cuda_memory_bound_ns * 100 < m.cuda_ns:  # under 1%: not worth a word
         return ""
     return f" ({m.cuda_memory_bound_ns * 100 / m.cuda_ns:.0f}% of the time is memory-bound: no gain there)"
 
