@@ -20,6 +20,7 @@ from typing import Any
 from .kineto_truth import load, to_ns
 
 CUDA_CORE_NAMES = re.compile(r"ffma|simt|sgemm", re.IGNORECASE)
+GEMMS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
 def _prod(xs: list[int]) -> int:
@@ -80,7 +81,7 @@ def _steps(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
 
 def json_matrix_flops(path: Path) -> tuple[float, int]:
     """From a PyTorch trace: the FLOPs of the operators inside its ``ProfilerStep#N`` ranges (all of them
-    without such ranges), and how many ranges."""
+    without such ranges; a GEMM's own ``flops`` argument where ``with_flops`` wrote one), and how many ranges."""
     events = [e for e in load(path)["traceEvents"] if e.get("ph") == "X"]
     steps = _steps(events)
     total = 0.0
@@ -90,7 +91,8 @@ def json_matrix_flops(path: Path) -> tuple[float, int]:
         start = to_ns(e["ts"])
         if steps and not any(a <= start <= b for a, b in steps):
             continue
-        total += op_flops(e["name"], e["args"]["Input Dims"], e["args"].get("Concrete Inputs", []))
+        given = e["args"].get("flops") if e["name"] in GEMMS else None  # with_flops: torch's own 2 M K N
+        total += given or op_flops(e["name"], e["args"]["Input Dims"], e["args"].get("Concrete Inputs", []))
     return total, max(len(steps), 1)
 
 
@@ -112,18 +114,21 @@ def sqlite_matrix_flops(path: Path) -> tuple[float, int]:
 
 
 def json_cuda_core_gemm_ns(path: Path) -> tuple[int, int]:
-    """From a PyTorch trace: the time of the kernels named as CUDA-core GEMMs whose launch lies in a
-    ``ProfilerStep#N`` range, and how many ranges."""
+    """From a PyTorch trace: the time of the kernels named as CUDA-core GEMMs whose launch call lies in a
+    ``ProfilerStep#N`` range (a kernel whose call the trace lacks was launched before the steps: the
+    profiler's warm-up step, whose calls torch drops), and how many ranges."""
     events = [e for e in load(path)["traceEvents"] if e.get("ph") == "X"]
     steps = _steps(events)
     launch = {
-        e["args"]["correlation"]: to_ns(e["ts"]) for e in events if e.get("cat") == "cuda_runtime" and "args" in e
+        e["args"]["correlation"]: to_ns(e["ts"])
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "args" in e
     }
     total = 0
     for e in events:
         if e.get("cat") == "kernel" and CUDA_CORE_NAMES.search(e["name"]) and "tf32" not in e["name"]:
-            at = launch.get(e["args"].get("correlation"), to_ns(e["ts"]))
-            if any(a <= at <= b for a, b in steps):
+            at = launch.get(e["args"].get("correlation"))
+            if at is not None and any(a <= at <= b for a, b in steps):
                 total += to_ns(e["dur"])
     return total, len(steps)
 
@@ -142,3 +147,16 @@ def device_names(path: Path) -> list[str]:
         db.close()
         return names
     return [p["name"] for p in load(path).get("deviceProperties", [])]
+
+
+def program_step_ns(profile: Path) -> float | None:
+    """The median step as the profiled program clocked it itself (``tests/tools/planted``: CUDA events recorded
+    at the end of each step, ``gpu_step_ms`` in ``<stem>.<profiler>.meta.json`` beside the profile), None
+    without that file. ``profile``: the profile's name under ``fixtures/`` (``.../train_bf16.json``)."""
+    stem = profile.name.split(".")[0]
+    meta = profile.with_name(f"{stem}.{'nsys' if '.sqlite' in profile.name else 'torch'}.meta.json")
+    if not meta.exists():
+        return None
+    gpu_ms = sorted(json.loads(meta.read_text())["gpu_step_ms"])
+    mid = len(gpu_ms) // 2
+    return (gpu_ms[mid] if len(gpu_ms) % 2 else (gpu_ms[mid - 1] + gpu_ms[mid]) / 2) * 1e6

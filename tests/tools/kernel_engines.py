@@ -13,6 +13,8 @@ import gzip
 import json
 import lzma
 import sqlite3
+import tempfile
+from pathlib import Path
 
 from tests.fixtures import FIXTURES, ROOT, fixture
 from traceconv.analyses.roofline.tensor_cores import classify
@@ -32,7 +34,18 @@ def profiles() -> list[str]:
 
 
 def kernel_names(rel: str) -> set[str]:
-    path = fixture(rel, packed=not (FIXTURES / rel).exists())
+    """The kernel names of the fixture ``rel``."""
+    return names_in(fixture(rel, packed=not (FIXTURES / rel).exists()))
+
+
+def names_in(path: Path) -> set[str]:
+    """The kernel names of a profile anywhere (a corpus file, ``.xz`` too): Kineto JSON ``cat`` kernel/Kernel
+    events, Nsight Systems' demangled kernel names."""
+    if path.name.endswith(".sqlite.xz"):
+        with tempfile.TemporaryDirectory() as tmp, lzma.open(path) as src:
+            plain = Path(tmp) / path.name.removesuffix(".xz")
+            plain.write_bytes(src.read())
+            return names_in(plain)
     if path.suffix == ".sqlite":
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:

@@ -24,15 +24,18 @@ from traceconv.analyses.source import Source, literals
 
 
 def read(source: Source) -> pd.DataFrame:
-    """The kernels (name, duration, device, trace, anchor: the launch's start, else its own) with their
-    operator's name and, for the operators whose work can be counted, its arguments."""
+    """The kernels (name, duration, device, trace, anchor: the launch's start, else its own; linked: whether
+    the trace holds the launch) with their operator's name and, for the operators whose work can be
+    counted, its arguments."""
     families = literals(F.FAMILY_PREFIXES)
     args = f"CASE WHEN split_part(o.name, ',', 1) IN ({families}) THEN o.args END" if source.has("args") else "NULL"
     dur = "k.dur_ns" if source.has("dur_ns") else "k.end_ns - k.start_ns"  # key_averages' tables lack some
-    anchor = "coalesce(k.launch_start_ns, k.start_ns)" if source.has("launch_start_ns") else "k.start_ns"
+    launched = source.has("launch_start_ns")
+    anchor = "coalesce(k.launch_start_ns, k.start_ns)" if launched else "k.start_ns"
+    linked = "k.launch_start_ns IS NOT NULL" if launched else "FALSE"
     frame: pd.DataFrame = source.frame(
         f"SELECT CAST(k.name AS VARCHAR) AS name, {dur} AS dur_ns, CAST(k.device AS BIGINT) AS device, "
-        f"coalesce(k.trace_id, '') AS trace_id, {anchor} AS anchor_ns, k.start_ns, "
+        f"coalesce(k.trace_id, '') AS trace_id, {anchor} AS anchor_ns, {linked} AS linked, k.start_ns, "
         f"k.op_event_id, CAST(o.name AS VARCHAR) AS op, {args} AS args FROM events k "
         "LEFT JOIN events o ON coalesce(o.trace_id, '') = coalesce(k.trace_id, '') AND o.event_id = k.op_event_id "
         f"AND o.kind IN ('cpu_op', 'nvtx') WHERE k.kind = 'kernel' AND {dur} IS NOT NULL"
@@ -54,6 +57,7 @@ def kernels(frame: pd.DataFrame, tensor_active: Mapping[str, float] | None = Non
             "device": frame["device"].fillna(-1).astype("int64").to_numpy(),
             "trace_id": frame["trace_id"].astype("category"),
             "anchor_ns": frame["anchor_ns"].fillna(0).astype("int64").to_numpy(),
+            "linked": frame["linked"].fillna(False).astype(bool).to_numpy(),
             "start_ns": frame["start_ns"].fillna(0).astype("int64").to_numpy(),
         }
     )

@@ -3,9 +3,9 @@
 PyTorch traces describe each GPU in Kineto's ``deviceProperties`` (``id``: the kernels' ``device``;
 ``name``, ``numSms``, ``computeMajor``/``computeMinor``, ``totalGlobalMem``); Nsight Systems exports in
 ``TARGET_INFO_GPU`` (``id``, ``name``, ``smCount``, ``computeMajor``/``computeMinor``, ``totalMemory``,
-``memoryBandwidth``), which the reader keeps as ``gpus``, with ``TARGET_INFO_CUDA_DEVICE``
-(``cuda_devices``: which GPU each process' CUDA device id is). Where a trace's GPUs differ, the one that
-ran the most kernel time is the roofline's. Its peaks are the table's row for its name
+``memoryBandwidth``, ``cuDevice``), which the reader keeps as ``gpus``, with ``TARGET_INFO_CUDA_DEVICE``
+(``cuda_devices``: which GPU each process' CUDA device id is; without it, ``cuDevice``). Where a
+trace's GPUs differ, the one that ran the most kernel time is the roofline's. Its peaks are the table's row for its name
 (:mod:`.peaks`), with ``--peak`` figures in place; a GPU the table does not know has none but those
 given, and a note that says how to give them.
 """
@@ -55,7 +55,7 @@ def gpus(metadata: Sequence[Mapping[str, Any]]) -> list[Gpu]:
         to_cuda = {row.get("gpuId"): row.get("cudaId") for row in _dicts(meta.get("cuda_devices"))}
         for row in _dicts(meta.get("gpus")):
             gpu_id = row.get("id", row.get("deviceId"))
-            cuda = to_cuda.get(gpu_id, gpu_id)
+            cuda = to_cuda.get(gpu_id, row.get("cuDevice", gpu_id))  # the process' CUDA id, else the system's
             found = _gpu(row, cuda, "smCount", "totalMemory", "numMultiprocessors")
             bandwidth = _whole(row.get("memoryBandwidth"))
             out.append(Gpu(**{**found.__dict__, "bandwidth_gbps": bandwidth / 1e9 if bandwidth else None}))

@@ -16,8 +16,11 @@ NONE = Position(None, None, None, None, None, None)
 
 def roof_dtype(engine: str | None, kernel_dtype: str | None, input_dtype: str | None) -> str | None:
     """The type a piece of work is held to: its kernels' (by name), else its inputs'; fp32 inputs on
-    tensor cores are TF32."""
+    tensor cores are TF32; bf16 inputs make bf16 work of a kernel named ``f16`` (cuDNN's attention
+    kernels are named so for both 16-bit types)."""
     dtype = kernel_dtype or input_dtype
+    if dtype == "fp16" and input_dtype == "bf16":
+        return "bf16"
     if engine == "tensor" and dtype == "fp32":
         return "tf32"
     return dtype

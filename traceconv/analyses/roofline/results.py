@@ -53,6 +53,7 @@ class KernelRoof:
     engine: str | None
     dtype: str | None
     flops: int | None  # None: none of its operators' FLOPs are known
+    known_ns: int  # of dur_ns: the calls whose operators' FLOPs are known (what tflops is over)
     tflops: float | None
     bound: str | None
     pct_of_roof: float | None

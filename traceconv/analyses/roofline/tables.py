@@ -99,11 +99,12 @@ def kernel_rows(
     for name, g in k.groupby("name", observed=True, sort=False):
         first = g.iloc[0]
         ns = int(g["dur_ns"].sum())
-        known = bool(g["known"].any())
+        known_ns = int(g["dur_ns"][g["known"]].sum())  # a name some of whose operators' FLOPs are not known:
+        known = bool(g["known"].any())  # its rate over the calls whose FLOPs are
         flops, moved = round(g["flops"].sum()), round(g["moved"].sum())
         engine = first["engine"] if isinstance(first["engine"], str) else None
         dtype = roof_dtype(engine, _none(first["dtype"]), _main(g, "op_dtype"))
-        p = position(flops, moved, ns, roof(peaks, engine, dtype), bandwidth) if known else None
+        p = position(flops, moved, known_ns, roof(peaks, engine, dtype), bandwidth) if known else None
         out.append(
             KernelRoof(
                 name=str(name),
@@ -113,6 +114,7 @@ def kernel_rows(
                 engine=engine,
                 dtype=_none(first["dtype"]),
                 flops=flops if known else None,
+                known_ns=known_ns,
                 tflops=p.tflops if p else None,
                 bound=p.bound if p else None,
                 pct_of_roof=p.pct_of_roof if p else None,

@@ -24,7 +24,9 @@ that. They are tried in order; the first that matches a name decides (:func:`cla
 - ``amd``: Tensile's ``Cijk_...`` with a matrix instruction (``_MI16x16x16``: MFMA), MIOpen's xdlops
   (``igemm_*_gtcx``), composable kernel's ``xdl``/``xdlops``: matrix cores; without them, vector units.
 - ``triton``: Triton's matrix products (Inductor's GEMM templates, ``_matmul_ogs_``): tensor cores for
-  16- and 8-bit types; fp32 unknown (TF32 or not is a setting the name does not carry).
+  16- and 8-bit types; fp32 unknown (TF32 or not is a setting the name does not carry). Inductor's
+  pointwise and reduction kernels (``triton_poi_fused_addmm_gelu_0``: a decomposed addmm's epilogue) are
+  no matrix work.
 - ``simt``: CUDA-core GEMMs and convolutions: ``simt``, ``sgemm``, ``dgemm``, ``hgemm``, ``gemv``, cuBLAS'
   small-N ``gemmSN``/``gemmk1``, cuDNN's ``scudnn``, ``implicit_convolve_sgemm``, ``wgrad_alg0``,
   ``dgrad_engine``, Winograd and FFT convolutions; the type from the name (``sgemm`` fp32).
@@ -77,7 +79,9 @@ _FMHA_3XTF32 = re.compile(r"fmha_cutlass[fb]_f32")
 _TENSILE = re.compile(r"^cijk_")
 _MFMA = re.compile(r"_mi\d+x\d+x\d+|gtcx|xdl|_mfma")
 _AMD = re.compile(r"^cijk_|igemm_(?:fwd|bwd|wrw)_gtc|ck(?:::|\d*)tensor_operation|ck_tile")
-_TRITON_DOT = re.compile(r"_matmul_ogs_|^triton_(?:tem|mm|bmm)|^triton_\w*_(?:mm|bmm|addmm)_")
+# Inductor's pointwise and reduction kernels (triton_poi_/per_/red_) can carry "addmm" in their names (the
+# bias and activation of a decomposed addmm): no matrix product; its GEMM templates are triton_tem_.
+_TRITON_DOT = re.compile(r"_matmul_ogs_|^triton_(?:tem|mm|bmm)|^triton_(?!poi_|per_|red_)\w*_(?:mm|bmm|addmm)_")
 _SIMT = re.compile(
     r"simt|ffma|sgemm|dgemm|hgemm|gemv|gemmsn_|gemmk1_|scudnn|convolve_sgemm|wgrad_alg\d|dgrad_engine|"
     r"winograd|fft"

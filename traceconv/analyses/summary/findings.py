@@ -15,11 +15,9 @@ the gaps that followed a sync waiting for a result (``SYNC_STALLS``) or staging 
 (``PAGEABLE_COPIES``); short gaps between launches (``TINY_KERNELS``, when most kernels are shorter
 than their launch call; else ``GPU_IDLE``); long gaps of the host's own work (``GPU_IDLE``). The
 copies' saving is their GPU time (``HOST_DEVICE_COPIES``); the SMs' is the busy time in which
-SMs sat idle (``LOW_SM_ACTIVITY``); the matrix kernels' on the CUDA cores, what the tensor cores
-would take off their time (``NO_TENSOR_CORES``: their time times 1 - the CUDA cores' peak over the
-tensor cores' in the type the fix gives, TF32 or bf16, never more than the time itself; from
-:mod:`traceconv.analyses.roofline`, which also gives ``LOW_MFU``: MFU below its threshold, a figure
-without a saving of its own, reported when most of the matrix time's FLOPs are known). Fixes are
+SMs sat idle (``LOW_SM_ACTIVITY``); the matrix work's, from :mod:`traceconv.analyses.roofline`, what
+the tensor cores would take off the CUDA cores' time (``NO_TENSOR_CORES``) and what the tensor-core
+kernels lose to their roofs when MFU is low (``LOW_MFU``): see :mod:`.matrix`. Fixes are
 phrased for the program the trace comes from and chosen by what the host was doing
 (:mod:`traceconv.analyses.summary.advice`).
 """
@@ -27,20 +25,20 @@ phrased for the program the trace comes from and chosen by what the host was doi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from traceconv.analyses.finding import Finding, make, ordered, ratio, saving_severity
+from traceconv.analyses.finding import Finding, make, ordered, ratio
 from traceconv.analyses.memory import growth
 from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import Program
 from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
 from traceconv.analyses.roofline import Roofline
-from traceconv.analyses.roofline.results import MatrixTime
 from traceconv.analyses.summary.advice import fix, idle_fix, tiny_fix
+from traceconv.analyses.summary.matrix import CHECKS as MATRIX_CHECKS
 from traceconv.analyses.summary.measure import ScopeStats
+from traceconv.analyses.summary.timed import costly, per_of, timed, where, wins
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
-from traceconv.names import fit, kernel_label, shorten
+from traceconv.names import kernel_label, shorten
 from traceconv.units import count, mb, ms, us
 
 CODES = (
@@ -70,25 +68,6 @@ OP_HINTS = {
 PYTORCH = Program("pytorch", cuda_graphs=False)
 
 
-@dataclass(frozen=True)
-class _Per:
-    """A scope's step and what its GPUs' idle gaps cost a step, by cause (per GPU)."""
-
-    step_ns: int
-    steps: int
-    devices: int
-
-    def per_step(self, ns: float) -> float:
-        return ns / max(self.steps, 1) / max(self.devices, 1)
-
-    def pct(self, per_step: float) -> float:
-        return per_step * 100.0 / self.step_ns if self.step_ns else 0.0
-
-
-def _per(stats: ScopeStats) -> _Per:
-    return _Per(stats.scope.step_ns, stats.scope.steps, max(len(stats.gpu), 1))
-
-
 def evaluate(
     stats: ScopeStats,
     thresholds: Thresholds = DEFAULTS,
@@ -103,31 +82,8 @@ def evaluate(
     if utilisation and (sm := low_sm_activity(stats, utilisation, thresholds, program)) is not None:
         out.append(sm)
     if roofline is not None:
-        out += [f for check in _ROOFLINE_CHECKS if (f := check(stats, roofline, thresholds, program)) is not None]
+        out += [f for check in MATRIX_CHECKS if (f := check(stats, roofline, thresholds, program)) is not None]
     return ordered(out)
-
-
-def costly(stats: ScopeStats, cost_ns: float, t: Thresholds) -> bool:
-    """Whether a cost (copy time, idle time) in the scope is worth a finding: at least
-    ``min_cost_ms`` in all, and at least ``min_cost_pct`` of a step."""
-    step = stats.scope.step_ns
-    per_step = cost_ns / max(stats.scope.steps, 1)
-    return cost_ns >= t.min_cost_ms * 1e6 and (not step or per_step * 100.0 >= t.min_cost_pct * step)
-
-
-def _timed(code: str, value: float, threshold: float, message: str, per: _Per, saving: float) -> Finding:
-    """A finding about time: its severity from what its fix would win a step."""
-    pct = per.pct(saving)
-    return Finding(code, saving_severity(pct), message, round(value, 2), threshold, round(saving), round(pct, 1))
-
-
-def _wins(per: _Per, saving: float) -> str:
-    return f"fixing it would win about {ms(saving)} a step ({per.pct(saving):.0f}%)"
-
-
-def _where(stats: ScopeStats) -> str:
-    s = stats.scope
-    return f"in {s.steps} steps" if s.name == "steps" else "in the profiled window"
 
 
 def _causes(items: Sequence[OpTally], program: Program, calls: Sequence[CallTally] = ()) -> str:
@@ -148,7 +104,7 @@ def host_device_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Fi
     value = dur * 100.0 / stats.gpu_time_ns
     if value < t.HOST_DEVICE_COPIES or not costly(stats, dur, t):
         return None
-    per = _per(stats)
+    per = per_of(stats)
     count, size = sum(p.count for p in parts), sum(p.bytes for p in parts)
     pageable = sum(p.pageable_count for p in parts)
     ops = sorted((o for p in parts for o in p.ops), key=lambda o: -o.dur_ns)
@@ -156,10 +112,10 @@ def host_device_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Fi
     saving = per.per_step(dur)
     msg = (
         f"{'+'.join(k for k in HOST_DEVICE if k in stats.memcpy)} copies take {value:.1f}% of GPU time "
-        f"{_where(stats)}: {ms(dur)}, {mb(size)} in {count:,} copies ({pageable:,} pageable){top}; "
-        f"{_wins(per, saving)}. Fix: {fix('HOST_DEVICE_COPIES', program)}"
+        f"{where(stats)}: {ms(dur)}, {mb(size)} in {count:,} copies ({pageable:,} pageable){top}; "
+        f"{wins(per, saving)}. Fix: {fix('HOST_DEVICE_COPIES', program)}"
     )
-    return _timed("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg, per, saving)
+    return timed("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg, per, saving)
 
 
 def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
@@ -169,7 +125,7 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     cost = _blocking_cost(stats, gaps.result_wait_ns, sync.dur_ns)
     if value < t.SYNC_STALLS or not sync.count or not costly(stats, cost, t):
         return None
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(cost)
     calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
     causes = _causes(gaps.result_wait_ops[:4] or sync.ops[:4], program, sync.calls[:3])
@@ -184,9 +140,9 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     msg = (
         f"{head}, from {causes}. Each drains the GPU's queue: the GPU sat idle "
         f"{ms(per.per_step(gaps.result_wait_ns))} a step after them until the host had queued more work; "
-        f"{_wins(per, saving)}. Fix: {fix('SYNC_STALLS', program)}"
+        f"{wins(per, saving)}. Fix: {fix('SYNC_STALLS', program)}"
     )
-    return _timed("SYNC_STALLS", value, t.SYNC_STALLS, msg, per, saving)
+    return timed("SYNC_STALLS", value, t.SYNC_STALLS, msg, per, saving)
 
 
 def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
@@ -197,17 +153,17 @@ def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Findi
     cost = _blocking_cost(stats, gaps.staging_ns, blocked)
     if value < t.PAGEABLE_COPIES or not staged.count or not costly(stats, cost, t):
         return None
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(cost)
     each = " per step" if scope.name == "steps" else ""
     causes = "; ".join(f"{o.label} x{o.count}" for o in (gaps.staging_ops or staged.ops)[:4])
     msg = (
         f"{count(value)} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host while they "
         f"are staged through a pinned buffer ({us(blocked / n)}{each}), and the GPU's queue drains meanwhile "
-        f"(idle {ms(per.per_step(gaps.staging_ns))} a step after them); from {causes}; {_wins(per, saving)}. "
+        f"(idle {ms(per.per_step(gaps.staging_ns))} a step after them); from {causes}; {wins(per, saving)}. "
         f"Fix: {fix('PAGEABLE_COPIES', program)}"
     )
-    return _timed("PAGEABLE_COPIES", value, t.PAGEABLE_COPIES, msg, per, saving)
+    return timed("PAGEABLE_COPIES", value, t.PAGEABLE_COPIES, msg, per, saving)
 
 
 HOST_LIMITED = ("cpu-bound", "launch-bound")
@@ -242,7 +198,7 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
     tiny = _tiny(stats, t)
     launch = 0 if tiny is not None and tiny >= t.TINY_KERNELS else gaps.launch_ns
     cost = gaps.host_ns + launch
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(cost)
     value = per.pct(saving)
     if value < t.GPU_IDLE or not costly(stats, cost, t):
@@ -251,11 +207,11 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
     idle = (window - busy) * 100.0 / window
     doing = _host_doing(stats, launch)
     msg = (
-        f"GPU idle {idle:.0f}% of the time {_where(stats)} (busy {ms(busy)} of {ms(window)}); it waits "
-        f"{ms(saving)} a step for the host: {doing}; {_wins(per, saving)}. "
+        f"GPU idle {idle:.0f}% of the time {where(stats)} (busy {ms(busy)} of {ms(window)}); it waits "
+        f"{ms(saving)} a step for the host: {doing}; {wins(per, saving)}. "
         f"Fix: {idle_fix(_dominant(gaps, launch), program)}"
     )
-    return _timed("GPU_IDLE", value, t.GPU_IDLE, msg, per, saving)
+    return timed("GPU_IDLE", value, t.GPU_IDLE, msg, per, saving)
 
 
 def _dominant(gaps: Any, launch: int) -> str:
@@ -269,7 +225,7 @@ def _dominant(gaps: Any, launch: int) -> str:
 
 def _host_doing(stats: ScopeStats, launch: int) -> str:
     gaps = stats.gaps
-    per = _per(stats)
+    per = per_of(stats)
     out = []
     if gaps.host_ns:
         outside = gaps.host_outside_ops_ns * 100.0 / gaps.host_ns
@@ -319,16 +275,16 @@ def tiny_kernels(stats: ScopeStats, t: Thresholds, program: Program) -> Finding 
     if stats.bound.gpu_busy_pct >= t.gpu_bound_pct:
         return None  # the GPUs are the limit, the launches keep up
     f = stats.launch
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(gaps.launch_ns)
     names = ", ".join(f"{_trim(n)} x{c}" for n, c in f.tiny_names.items())
     msg = (
         f"{value:.0f}% of kernels ({f.shorter_than_launch:,} of {f.launched:,}) run shorter than their own "
         f"launch call (median {us(f.tiny_median_ns or 0)} vs {us(f.launch_median_ns or 0)} to launch): the GPU "
         f"sits idle {ms(saving)} a step in short gaps while the host dispatches and launches the next; most "
-        f"frequent: {names}; {_wins(per, saving)}. Fix: {tiny_fix(program)}"
+        f"frequent: {names}; {wins(per, saving)}. Fix: {tiny_fix(program)}"
     )
-    return _timed("TINY_KERNELS", value, t.TINY_KERNELS, msg, per, saving)
+    return timed("TINY_KERNELS", value, t.TINY_KERNELS, msg, per, saving)
 
 
 # -- GPU metrics (Nsight Systems --gpu-metrics-devices) ----------------------------------------
@@ -358,16 +314,16 @@ def low_sm_activity(stats: ScopeStats, u: Utilisation, t: Thresholds, program: P
     issue = f", SM issue {m['sm_issue_pct']:.0f}%" if "sm_issue_pct" in m else ""
     f = stats.launch
     avg = stats.kernels["dur_ns"].sum() / max(f.kernels, 1)
-    per = _per(stats)
+    per = per_of(stats)
     dev_busy = stats.gpu[device].busy_ns if device in stats.gpu else sum(d.busy_ns for d in stats.gpu.values())
     saving = dev_busy / max(stats.scope.steps, 1) * (1.0 - value / 100.0)
     msg = (
-        f"SMs active {value:.1f}% of the time on GPU {device} {_where(stats)} (GPU metrics{issue}{warps}) while "
+        f"SMs active {value:.1f}% of the time on GPU {device} {where(stats)} (GPU metrics{issue}{warps}) while "
         f"the GPU runs work {busy:.0f}% of the time: {f.kernels:,} kernels of {us(avg)} on average leave most SMs "
         f"without a block; kernels that filled the SMs would win up to {ms(saving)} a step "
         f"({per.pct(saving):.0f}%). Fix: {fix('LOW_SM_ACTIVITY', program)}"
     )
-    return _timed("LOW_SM_ACTIVITY", value, t.LOW_SM_ACTIVITY, msg, per, saving)
+    return timed("LOW_SM_ACTIVITY", value, t.LOW_SM_ACTIVITY, msg, per, saving)
 
 
 def _short(row: Any) -> str:
@@ -385,84 +341,6 @@ _CHECKS: tuple[Callable[[ScopeStats, Thresholds, Program], Finding | None], ...]
     gpu_idle,
     low_occupancy,
     tiny_kernels,
-)
-
-
-# -- the matrix work: from traceconv.analyses.roofline -----------------------------------------
-UNKNOWN_GAIN = 0.5  # a GPU whose peaks are not known: the tensor cores taken as twice as fast, no more
-
-
-def no_tensor_cores(stats: ScopeStats, roof: Roofline, t: Thresholds, program: Program) -> Finding | None:
-    """Matrix kernels on the CUDA cores; the saving: their time less what the tensor cores would take
-    (none of it for work that is memory-bound on the CUDA cores already)."""
-    m = roof.matrix
-    if not m.cuda_ns or not stats.gpu_time_ns:
-        return None
-    value = m.cuda_ns * 100.0 / stats.gpu_time_ns
-    if value < t.NO_TENSOR_CORES or not costly(stats, m.cuda_ns, t):
-        return None
-    per = _per(stats)
-    peaks = roof.device.peaks
-    fixes = {d: peaks.tensor_fix(d) if peaks else None for d in m.cuda_by_dtype}
-    kept = sum(ns * (f[2] / f[1] if (f := fixes[d]) else UNKNOWN_GAIN) for d, ns in m.cuda_by_dtype.items())
-    faster = (m.cuda_ns - m.cuda_memory_bound_ns) / m.cuda_ns  # the part the tensor cores can speed up
-    saving = per.per_step(max(m.cuda_ns - min(kept, m.cuda_ns), 0) * faster)  # never more than their time
-    dtypes = sorted(m.cuda_by_dtype, key=lambda d: -m.cuda_by_dtype[d])
-    names = ", ".join(fit([kernel_label(n) for n in m.cuda_kernels[:2]], 36))
-    advice = fix(_advice(dtypes[0], fixes.get(dtypes[0])), program)
-    msg = (
-        f"matrix kernels on CUDA cores take {value:.0f}% of GPU time {_where(stats)} ({ms(per.per_step(m.cuda_ns))} "
-        f"a step, {'/'.join(dtypes)}: {names}); {_rates(roof, fixes)}{_memory_bound(m)}; {_wins(per, saving)}. "
-        f"Fix: {advice}"
-    )
-    return _timed("NO_TENSOR_CORES", value, t.NO_TENSOR_CORES, msg, per, saving)
-
-
-def _advice(dtype: str, found: tuple[str, float, float] | None) -> str:
-    """The fix for the type that takes most of the CUDA-core time: TF32 (or autocast), autocast alone
-    where the GPU's TF32 gains little (V100: none; GeForce: fp32's rate), or shapes and layouts for 16-bit."""
-    if dtype not in ("fp32", "tf32"):
-        return "NO_TENSOR_CORES_16"
-    return "NO_TENSOR_CORES_AMP" if found is not None and found[0] != "tf32" else "NO_TENSOR_CORES"
-
-
-def _rates(roof: Roofline, fixes: dict[str, tuple[str, float, float] | None]) -> str:
-    """What the tensor cores would do instead: "on the H200 SXM's tensor cores TF32 runs 494.5 TFLOP/s to
-    fp32's 67.0"."""
-    said = [f"{f[0].upper()} runs {f[1]:,.1f} TFLOP/s to {d}'s {f[2]:,.1f}" for d, f in fixes.items() if f]
-    if not said:
-        return "the GPU's peaks are not known (--peak): its tensor cores taken as twice as fast"
-    return f"on the {roof.device.model}'s tensor cores " + "; ".join(said)
-
-
-def _memory_bound(m: MatrixTime) -> str:
-    if m.cuda_memory_bound_ns * 100 < m.cuda_ns:  # under 1%: not worth a word
-        return ""
-    return f" ({m.cuda_memory_bound_ns * 100 / m.cuda_ns:.0f}% of the time is memory-bound: no gain there)"
-
-
-def low_mfu(stats: ScopeStats, roof: Roofline, t: Thresholds, program: Program) -> Finding | None:
-    """MFU below its threshold, where most of the matrix time's FLOPs are known: a figure to place the
-    findings above against, not a saving of its own (severity low)."""
-    if roof.mfu_pct is None or roof.achieved_tflops is None or not roof.flops_per_step:
-        return None
-    if roof.matrix.flops_known_pct < t.mfu_known_pct or roof.mfu_pct >= t.LOW_MFU:
-        return None
-    top = next((o for o in roof.ops if o.pct_of_roof is not None), None)
-    op = f", {top.name} at {top.pct_of_roof:.0f}% of its {top.dtype} roof ({top.bound}-bound)" if top else ""
-    matrix = roof.matrix.matrix_ns / max(roof.steps, 1) / max(roof.gpus, 1)
-    msg = (
-        f"MFU {roof.mfu_pct:.1f}% {_where(stats)}: {roof.flops_per_step / 1e12:,.2f} TFLOP a step in "
-        f"{ms(roof.step_ns)}, {roof.achieved_tflops:,.1f} TFLOP/s against the {roof.device.model}'s "
-        f"{roof.mfu_peak_tflops:,.1f} TFLOP/s {roof.mfu_basis}; matrix kernels run {ms(matrix)} of the step{op}. "
-        f"Fix: {fix('LOW_MFU', program)}"
-    )
-    return Finding("LOW_MFU", "low", msg, round(roof.mfu_pct, 2), t.LOW_MFU)
-
-
-_ROOFLINE_CHECKS: tuple[Callable[[ScopeStats, Roofline, Thresholds, Program], Finding | None], ...] = (
-    no_tensor_cores,
-    low_mfu,
 )
 
 
