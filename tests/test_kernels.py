@@ -308,11 +308,13 @@ def test_cli_table_is_aligned_with_units_and_a_footer() -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Time (%)  Total (ms)  Count   Avg (µs)") and "Name" in lines[0]
-    assert set(lines[1]) == {"-", " "} and len(lines) == 2 + 2 + 3
+    assert set(lines[1]) == {"-", " "} and len(lines) == 2 + 2 + 1 + 3
     assert all(len(line) <= 160 for line in lines[:4]) and lines[2].endswith("…")
     assert lines[2].split()[:3] == ["90.4", "10.710", "4"]  # 10,709,955 ns of 11,848,481
-    assert lines[4] == "16 kernel rows, 11.848 ms of execution, 4 names"
-    assert lines[5] == "Showing the 2 longest of 4 names; --top 0 shows all in that order."
+    assert lines[2].split()[-3:-1] == ["cuda", "51.3"]  # the fp32 GEMM: CUDA cores, its TFLOP/s (the roofline)
+    assert lines[4] == "Not shown at 160 columns: StdDev (µs), % roof (--format json has them)."
+    assert lines[5] == "16 kernel rows, 11.848 ms of execution, 4 names"
+    assert lines[6] == "Showing the 2 longest of 4 names; --top 0 shows all in that order."
 
 
 def test_cli_per_launch_csv_has_every_kernel_in_launch_order() -> None:

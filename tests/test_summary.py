@@ -328,9 +328,13 @@ def test_threshold_overrides_change_what_is_reported() -> None:
             "HOST_DEVICE_COPIES=20",
             "--threshold",
             "gpu_idle=75",
+            "--threshold",
+            "NO_TENSOR_CORES=100",
+            "--threshold",
+            "low_mfu=0",
         ],
     )
-    assert {"HOST_DEVICE_COPIES", "GPU_IDLE"} <= set(codes(json.loads(base.output)))
+    assert {"HOST_DEVICE_COPIES", "GPU_IDLE", "NO_TENSOR_CORES", "LOW_MFU"} <= set(codes(json.loads(base.output)))
     assert codes(json.loads(raised.output)) == ["PAGEABLE_COPIES"]
     assert json.loads(raised.output)["thresholds"]["GPU_IDLE"] == 75.0
     assert Thresholds().with_overrides({"sync_stalls": 6}).SYNC_STALLS == 6.0
@@ -366,7 +370,7 @@ def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
     table = CliRunner().invoke(main, ["summary", str(BUGGY)], env={"COLUMNS": "100"})
     assert table.exit_code == 0
     lines = table.output.splitlines()
-    assert max(map(len, lines)) <= 100 and len(lines) < 80
+    assert max(map(len, lines)) <= 100 and len(lines) < 95  # 5 findings, NO_TENSOR_CORES and LOW_MFU among them
     # the step replayed without the copies (and the CPU work that made what they carry) is far shorter
     assert any(line.startswith("HIGH HOST_DEVICE_COPIES: HtoD+DtoH copies take") for line in lines)
     assert any(
@@ -381,7 +385,7 @@ def test_help_lists_every_finding_code() -> None:
     from traceconv.analyses.summary.findings import CODES
 
     text = " ".join(CliRunner().invoke(main, ["summary", "--help"]).output.split())
-    assert "Findings (" + ", ".join(CODES) + ") are measured" in text and len(CODES) == 9
+    assert "Findings (" + ", ".join(CODES) + ") are measured" in text and len(CODES) == 11
     assert "QUEUE_WAIT" not in CODES  # a note (the host is ahead), not a finding
 
 

@@ -27,6 +27,9 @@ NSYS_FIXED = fixture("nsys/h200/fixed.sqlite")
 AUTOGRAD = fixture("nsys/h200/autograd_nvtx.sqlite")
 STACKS = fixture("key_averages/h200/ka_stack_verbose.json")
 METRICS = fixture("nsys/h200-metrics/sm_after.sqlite")
+# bf16 training: tensor-core kernels with the roofline's columns (Cores, TFLOP/s, % roof), both profilers
+BF16 = fixture("planted/h200/pytorch/train_bf16.json", packed=True)
+BF16_NSYS = fixture("planted/h200/nsys/train_bf16.sqlite", packed=True)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +49,8 @@ COMMANDS: list[Any] = [
     pytest.param(["kernels", "{buggy}", "--per-launch"], id="kernels-per-launch"),
     pytest.param(["kernels", NSYS, "--by", "op"], id="kernels-by-op"),
     pytest.param(["kernels", METRICS], id="kernels-sm-active"),
+    pytest.param(["kernels", BF16, "--top", "0"], id="kernels-roofline"),
+    pytest.param(["kernels", BF16_NSYS], id="kernels-roofline-nsys"),
     pytest.param(["summary", "{buggy}"], id="summary"),
     pytest.param(["summary", METRICS], id="summary-metrics"),
     pytest.param(["diff", NSYS, NSYS_FIXED], id="diff"),
@@ -55,6 +60,8 @@ COMMANDS: list[Any] = [
     pytest.param(["ops", "{buggy}", "--group-by-shape"], id="ops-shapes"),
     pytest.param(["ops", STACKS, "--group-by-stack", "5"], id="ops-stacks"),
     pytest.param(["ops", AUTOGRAD], id="ops-nsys"),
+    pytest.param(["ops", BF16], id="ops-roofline"),
+    pytest.param(["summary", BF16_NSYS], id="summary-roofline-nsys"),
     pytest.param(["sql", "SELECT * FROM events", "{buggy}"], id="sql"),
 ]
 

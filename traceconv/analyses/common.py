@@ -6,6 +6,7 @@ both list a directory, check versions and refuse mixed sources with the same rul
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
@@ -46,8 +47,17 @@ def load(
     parquet, traces = inputs.listing(path, notes)
     if parquet:
         table = io.read_table(path, kinds=kinds, columns=columns)
+        meta = (
+            {S.META_TRACE: json.dumps(io.trace_metadata(parquet[0])["trace"])}
+            if len(parquet) == 1 and parquet[0].is_file()
+            else None
+        )
     else:
-        table = S.one_table([_converted(t, columns, kinds).replace_schema_metadata(None) for t in traces])
+        tables = [_converted(t, columns, kinds) for t in traces]
+        meta = tables[0].schema.metadata if len(tables) == 1 else None
+        table = S.one_table([t.replace_schema_metadata(None) for t in tables])
+    if meta is not None:  # one input: its own metadata (the GPUs it ran on ...) goes along
+        table = table.replace_schema_metadata({S.META_TRACE: meta[S.META_TRACE]} if S.META_TRACE in meta else None)
     if "source" in table.column_names and table.num_rows:
         inputs.one_source(pc.unique(table["source"].cast(pa.string())).drop_null().to_pylist(), [path])
     return table

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Codes whose value is bad when it is *below* the threshold.
-BELOW = frozenset({"LOW_OCCUPANCY", "LOW_SM_ACTIVITY"})
+BELOW = frozenset({"LOW_OCCUPANCY", "LOW_SM_ACTIVITY", "LOW_MFU"})
 SEVERITIES = ("high", "medium", "low")
 HIGH_PCT, MEDIUM_PCT = 25.0, 5.0  # a time finding's severity: what its fix would win, in % of the step
 

@@ -16,6 +16,7 @@ wall times, and counted (``no_launch``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from traceconv.analyses import metrics as U
 from traceconv.analyses.common import Data
+from traceconv.analyses.roofline.results import KernelRoof
 from traceconv.analyses.source import Source, literals
 from traceconv.errors import UsageError
 
@@ -275,6 +277,24 @@ def report(
     if keys == ("name",):
         result = with_sm_activity(source, result)
     return KernelReport(result.head(limit) if limit else result, totals(result), tuple(kinds), by, keys)
+
+
+ROOF_COLUMNS = ("engine", "dtype", "flops", "tflops", "bound", "pct_of_roof")
+
+
+def with_roofline(r: KernelReport, roofs: Sequence[KernelRoof]) -> KernelReport:
+    """A per-name report with each name's engine (``tensor`` or ``cuda`` cores for matrix work, empty for
+    other kernels), the FLOPs of its operators' work that fell to it, the TFLOP/s that achieved and its
+    place on the roofline (:func:`traceconv.analyses.roofline.kernel_roofs`)."""
+    at = {k.name: k for k in roofs}
+    names = r.rows["name"].astype("string")
+    rows: pd.DataFrame = r.rows.copy()
+    for col in ROOF_COLUMNS:
+        values = [getattr(at[n], col) if n in at else None for n in names.fillna("")]
+        rows[col] = pd.array(
+            values, dtype="Int64" if col == "flops" else "Float64" if col in ("tflops", "pct_of_roof") else object
+        )
+    return dataclasses.replace(r, rows=rows)
 
 
 def with_sm_activity(source: Source, table: pd.DataFrame) -> pd.DataFrame:

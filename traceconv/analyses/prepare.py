@@ -143,11 +143,17 @@ def _host_groups(source: Source) -> list[dict[str, Any]]:
     return groups
 
 
+def op_label(name: str) -> str:
+    """The name an operator or range is grouped by: ``emit_nvtx``'s per-call suffixes (``, seq = 5, op_id =
+    9, sizes = [...]``) dropped."""
+    return _EMIT_NVTX.sub("", name)
+
+
 def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list[str]]:
     """Every name of a host range or an ``op_name``, with the name it is grouped by."""
     ops = source.arrow("SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL")["op_name"].to_pylist()
     names = sorted({n for _, n in host_names(source) if n is not None} | set(ops))
-    grouped = [_EMIT_NVTX.sub("", n) for n in names]
+    grouped = [op_label(n) for n in names]
     grouped = [step_label(g) if step_re.search(g) else g for g in grouped]
     steps = [bool(step_re.search(n)) for n in names]  # a step by its own name
     distinct = sorted(set(grouped))

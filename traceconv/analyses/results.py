@@ -435,6 +435,8 @@ class OpStats:
     input_shapes: str | None = None  # grouped by input shape: as torch prints them
     stack: list[str] | None = None  # grouped by stack: the first frames
     flops: int | None = None  # sessions with with_flops=True: torch's estimate
+    tflops: float | None = None  # traceconv's view: its matrix work's FLOPs over its self GPU time (roofline)
+    pct_of_roof: float | None = None  # ... that over the roof that binds it on the trace's GPU
 
 
 @dataclasses.dataclass(frozen=True)

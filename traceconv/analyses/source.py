@@ -9,6 +9,7 @@ in memory (``traceconv.read``) is queried in place. DuckDB runs on every core.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -36,6 +37,7 @@ _SETTING = os.environ.get("TRACECONV_MEMORY", "").strip()  # set but empty: as i
 MEMORY_LIMIT = _SETTING or "96MB"
 MEMORY_GROWS = not _SETTING
 GROWN_MAX_MB = 4096
+METADATA_PARTS = 8  # Source.trace_metadata: the parts of a dataset directory whose metadata is read
 FEW_WINDOWS = 8  # Source.within: windows tested by comparisons in SQL, not by a join with a table of them
 WINDOW_BUCKETS = 4  # Source.within: the time buckets of a table of windows, per window
 
@@ -45,6 +47,7 @@ class Source:
 
     def __init__(self, data: pa.Table | Sequence[Path], name: str = "") -> None:
         self.name = name
+        self._data = data  # where trace_metadata() reads the inputs' own metadata
         self._closers: list[Callable[[], object]] = []
         self._kept: dict[str, Any] = {}
         # One working folder per Source (processes never share one): the database file that holds the
@@ -243,6 +246,24 @@ class Source:
         got: tuple[Any, ...] = self.kept("formats", read)
         return got
 
+    def trace_metadata(self) -> list[dict[str, Any]]:
+        """Each input's trace-level metadata (Kineto's ``deviceProperties``, Nsight Systems' ``gpus`` ...),
+        from the Parquet footers (a dataset directory: its first parts) or a table's schema; read once."""
+
+        def read() -> list[dict[str, Any]]:
+            if isinstance(self._data, pa.Table):
+                raw = (self._data.schema.metadata or {}).get(S.META_TRACE)
+                return [_loaded(raw)] if raw else []
+            from traceconv import dataset, io
+
+            files: list[Path] = []
+            for path in map(Path, self._data):
+                files += dataset.parts(path)[:METADATA_PARTS] if path.is_dir() else [path]
+            return [io.trace_metadata(f)["trace"] for f in files]
+
+        got: list[dict[str, Any]] = self.kept("trace_metadata", read)
+        return got
+
     def register(self, name: str, data: pa.Table | pd.DataFrame) -> None:
         """A table of ours in memory (windows, name labels, the trees' sums per range) that queries can join."""
         self.con.register(name, data)
@@ -345,6 +366,14 @@ def literals(texts: Iterable[str]) -> str:
 
 def _quoted(text: str) -> str:
     return text.replace("'", "''")
+
+
+def _loaded(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _nullable(typ: pa.DataType) -> Any:

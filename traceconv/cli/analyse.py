@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from traceconv.analyses.source import Source
 
 F = TypeVar("F", bound=Callable[..., Any])
+PEAK_OPTION = click.option(
+    "--peak",
+    "peaks",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A peak of the GPU (repeatable), over traceconv's table: fp64, fp64_tensor, fp32, tf32, bf16, fp16, fp8 "
+    'in dense TFLOP/s, bandwidth in GB/s; or gpu="H100 SXM" for a GPU the profile does not name.',
+)
 
 
 @main.command()
@@ -41,6 +49,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 @click.option(
     "--per-launch", is_flag=True, help="One row per kernel (like nsys cuda_kern_exec_trace), in launch order."
 )
+@PEAK_OPTION
 @click.option(
     "--kind",
     "kinds",
@@ -50,15 +59,19 @@ F = TypeVar("F", bound=Callable[..., Any])
     "execution.  [default: kernel, and graph where the input has graphs]",
 )
 @handle_errors
-def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, kinds: tuple[str, ...]) -> None:
+def kernels(
+    trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, kinds: tuple[str, ...], peaks: tuple[str, ...]
+) -> None:
     """Launch, queue, execution and wall time of every kernel, summed per kernel name.
 
     TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
     file. Times follow `nsys stats`: API = the launch call's duration; queue = from the
     call's return to the kernel's start (empty when the kernel started first); execution
     = the kernel's duration; wall = from the call's start to whichever ends last. Kernels
-    with no launching call in the trace are kept and counted. Tables show ms and µs; CSV
-    and JSON give nanoseconds.
+    with no launching call in the trace are kept and counted. Per kernel name, the engine
+    of matrix kernels (tensor or CUDA cores, by the name) and, where the operators' shapes
+    are recorded, the TFLOP/s of their work and its place on the GPU's roofline. Tables
+    show ms and µs; CSV and JSON give nanoseconds.
 
     Example:
 
@@ -69,11 +82,15 @@ def kernels(trace: Path, by: str, top: int | None, fmt: str, per_launch: bool, k
         traceconv kernels trace.parquet --per-launch --top 50
     """
     from traceconv.analyses import kernels as K
+    from traceconv.analyses import roofline as RF
     from traceconv.render.kernels import kernels_text
 
     limit = top if top is not None else (20 if fmt == "table" else 0)
+    overrides = RF.parse(peaks)
     with opened([trace]) as source:
         result = K.report(source, kinds or K.default_kinds(source), None if per_launch else by, limit)
+        if result.keys == ("name",):
+            result = K.with_roofline(result, RF.kernel_roofs(source, overrides))
     text, remark = kernels_text(result, fmt, trace, terminal_width(200))
     click.echo(text, nl=False)
     if remark:
@@ -144,8 +161,17 @@ class _WithFindingCodes(click.Command):
     help="Operator order: gpu_self, gpu_total, cpu_self, cpu_total, calls, or key_averages()'s names "
     "(self_cuda_time_total, cuda_time_total, self_cpu_time_total, cpu_time_total, count).",
 )
+@PEAK_OPTION
 @handle_errors
-def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_pattern: str | None, sort: str) -> None:
+def summary(
+    trace: Path,
+    fmt: str,
+    top: int,
+    thresholds: tuple[str, ...],
+    step_pattern: str | None,
+    sort: str,
+    peaks: tuple[str, ...],
+) -> None:
     """Where the time goes, what is wasteful, and what fixing it would win a step.
 
     TRACE is a PyTorch trace, an Nsight Systems report or export, or a traceconv Parquet
@@ -153,22 +179,28 @@ def summary(trace: Path, fmt: str, top: int, thresholds: tuple[str, ...], step_p
     until its host range and its GPU work have both ended. Findings (FINDING_CODES) are
     measured on the steps when the trace marks them, else on the whole window, and ranked by
     what their fix would win a step; the summary starts with what the profile cannot answer.
-    JSON gives nanoseconds and bytes.
+    The roofline line sets the matrix work against the GPU's peaks (a table of datasheet
+    figures; --peak overrides): FLOPs a step, achieved TFLOP/s, MFU against the dense bf16
+    peak, and how much of it runs on tensor cores. JSON gives nanoseconds and bytes.
 
     Example:
 
         traceconv summary train.pt.trace.json.gz
 
         traceconv summary run.nsys-rep --format json --threshold GPU_IDLE=50
+
+        traceconv summary trace.json --peak bf16=989.5 --peak bandwidth=3350
     """
+    from traceconv.analyses import roofline as RF
     from traceconv.analyses import summary as SM
     from traceconv.analyses.steps import STEP_PATTERN
     from traceconv.analyses.thresholds import Thresholds
     from traceconv.render.summary import summary_text
 
     limits = Thresholds.from_options(thresholds)
+    overrides = RF.parse(peaks)
     with opened([trace]) as source:
-        result = SM.summarize(source, limits, top, step_pattern or STEP_PATTERN, sort)
+        result = SM.summarize(source, limits, top, step_pattern or STEP_PATTERN, sort, overrides)
     click.echo(summary_text(SM.report(result, top), fmt, trace.name, prose_width()), nl=False)
 
 

@@ -43,6 +43,12 @@ def kernel_summary_cols(keys: Sequence[str]) -> list[Col]:
     return cols
 
 
+# Per kernel name, where the roofline was measured (``kernels.with_roofline``).
+ROOF_COLS = [
+    Col("Cores", "engine", null="", drop=1),
+    Col("TFLOP/s", "tflops", "pct", null="", drop=1),
+    Col("% roof", "pct_of_roof", "pct", null="", drop=9),
+]
 _KEY_COLS = {
     "name": Col("Name", "name", shrink=True),
     "launch_name": Col("Launch API", "launch_name", null="(no launching call)"),
@@ -115,6 +121,9 @@ def kernels_text(r: KernelReport, fmt: str, trace: Path, width: int) -> tuple[st
         cols = [c for c in kernel_summary_cols(r.keys) if c.source != "no_launch" or r.totals.no_launch]
         if "sm_active_pct" in shown.columns:  # GPU metrics: the samples inside the name's executions
             cols.insert(len(cols) - len(r.keys), Col("SMs active (%)", "sm_active_pct", "pct", drop=1))
+        if "engine" in shown.columns:  # the roofline: matrix kernels' engine, achieved TFLOP/s, % of the roof
+            at = len(cols) - len(r.keys)
+            cols[at:at] = [c for c in ROOF_COLS if shown[c.source].notna().any()]
         text = text_table(shown, cols, width, name_width(width))
     lines = [wrapped for line in footer(r).splitlines() for wrapped in textwrap.wrap(line, width)]
     return text + "\n" + "\n".join(lines) + "\n", None

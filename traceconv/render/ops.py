@@ -100,7 +100,7 @@ def ops_text(result: OpsTable, fmt: str, name: str, sort: str | None, top: int |
 
 def _row(r: OpStats) -> dict[str, Any]:
     out = dataclasses.asdict(r)
-    for optional in ("input_shapes", "stack", "flops"):
+    for optional in ("input_shapes", "stack", "flops", "tflops", "pct_of_roof"):
         if out[optional] is None:
             del out[optional]
     return out
@@ -193,6 +193,8 @@ def _layout(result: OpsTable, shown: Sequence[Row], every: Sequence[Row]) -> Lay
     if result.memory:
         headers += ["CPU Mem", "Self CPU Mem"] + (["CUDA Mem", "Self CUDA Mem"] if device_mem else [])
     headers.append("# of Calls")
+    if result.view == "traceconv" and any(r.tflops is not None for r in rows):
+        headers.append("TFLOP/s")  # traceconv's view: the roofline's achieved rate of the matrix work
     widths = [min(max((len(r.name) for r in rows), default=0) + 4, _NAME_WIDTH)] + [_WIDTH] * (len(headers) - 1)
     left = [False] * len(widths)
     src_width = min(max((len(e) for r in rows for e in (r.stack or [])), default=0) + 4, _SRC_WIDTH)
@@ -279,6 +281,8 @@ def _values(lay: Layout, row: Row, cpu_total: float, gpu_total: float) -> list[s
         if lay.device_mem:
             values += [_memory(r.gpu_mem_bytes), _memory(r.self_gpu_mem_bytes)]
     values.append(str(r.calls))
+    if "TFLOP/s" in lay.headers:
+        values.append(f"{r.tflops:,.1f}" if r.tflops is not None else "--")
     if lay.shapes:
         values.append(str(r.input_shapes))
     if lay.flops:  # torch puts this value before the Source Location, whose header comes first

@@ -24,6 +24,7 @@ DROP = {
     **dict.fromkeys(("Self CPU %", "CPU total %"), 6),
     "Self CUDA %": 5,
     "Total FLOPs": 4,
+    "TFLOP/s": 4,
     "Self CPU": 3,
     "CPU total": 2,
 }

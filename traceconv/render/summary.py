@@ -16,6 +16,7 @@ from traceconv.analyses.results import (
     StepFigures,
     SyncTally,
 )
+from traceconv.analyses.roofline import Roofline
 from traceconv.analyses.summary import SummaryReport, report_dict
 from traceconv.names import kernel_label
 from traceconv.render.columns import Col
@@ -167,6 +168,32 @@ def _overview(doc: Doc, r: SummaryReport) -> None:
     doc.line(f"Verdict: {b.verdict} (GPU busy {b.gpu_busy_pct:.1f}% of the {b.scope}{gap_words(r.idle_gaps, per)})")
     if r.critical_path is not None:
         doc.line(path_line(r.critical_path))
+    if r.roofline is not None and (line := roofline_line(r.roofline)):
+        doc.line(line)
+
+
+def roofline_line(f: Roofline) -> str | None:
+    """ "Roofline (H200 SXM): 0.42 TFLOP a step, 21.4 TFLOP/s, MFU 2.2% of 989.5 TFLOP/s bf16; matrix
+    kernels 9.47 ms a step: 93% on CUDA cores" (None without kernels)."""
+    m = f.matrix
+    if not m.matrix_ns and not m.other_ns:
+        return None
+    gpu = f.device.model or (f"{f.device.name}, peaks unknown" if f.device.name else "peaks unknown")
+    each = " a step" if f.scope == "steps" else ""
+    if f.flops_per_step is None:
+        work = "FLOPs not known (no input shapes)"
+    else:
+        work = f"{f.flops_per_step / 1e12:,.2f} TFLOP{each}, {f.achieved_tflops or 0:,.1f} TFLOP/s"
+        if f.mfu_pct is not None:
+            work += f", MFU {f.mfu_pct:.1f}% of {f.mfu_peak_tflops:,.1f} TFLOP/s {f.mfu_basis}"
+    per = max(f.steps, 1) * max(f.gpus, 1)
+    engines = ", ".join(
+        f"{ns * 100 / m.matrix_ns:.0f}% {what}"
+        for what, ns in (("on tensor cores", m.tensor_ns), ("on CUDA cores", m.cuda_ns), ("unknown", m.unknown_ns))
+        if ns
+    )
+    matrix = f"matrix kernels {ms(m.matrix_ns / per)}{each}: {engines}" if m.matrix_ns else "no matrix kernels"
+    return f"Roofline ({gpu}): {work}; {matrix}"
 
 
 def gap_words(g: IdleGaps, per: int) -> str:

@@ -41,19 +41,19 @@ def load(path: str | Path, by_shape: bool = False, stack_n: int = 0) -> pa.Table
     if not (path.is_file() and io.is_parquet(path)):  # a trace, a report, a directory of them or of Parquet files
         table = _whole(path)
         meta = table.schema.metadata
-        if not (by_shape or stack_n or session(table).get("with_flops")):
-            table = table.set_column(table.column_names.index("args"), "args", pa.nulls(table.num_rows, pa.string()))
+        if not (by_shape or stack_n or session(table).get("with_flops")):  # the operators' FLOPs need some
+            work = pc.is_in(table["name"].cast(pa.string()), value_set=pa.array(_flop_ops(), pa.string()))
+            kept = pc.if_else(pc.fill_null(work, False), table["args"], pa.nulls(table.num_rows, pa.string()))
+            table = table.set_column(table.column_names.index("args"), "args", kept)
         return table.replace_schema_metadata(meta)
     meta = io.trace_metadata(path)["trace"]
     lean = [c for c in INPUT_COLUMNS if c != "args"]
     kind, category = pc.field("kind"), pc.field("category")
     rows = kind.isin([k for k in KINDS if k != "other"]) | ((kind == "other") & (category == "Trace"))
     table = io.read_table(path, columns=lean, filters=rows)
-    if by_shape or stack_n or meta.get("with_flops"):
-        args = io.read_table(path, kinds=["cpu_op", "nvtx"], columns=["event_id", "args"])
-        table = table.join(args, "event_id", join_type="left outer")
-    else:
-        table = table.append_column("args", pa.nulls(table.num_rows, pa.string()))
+    ops = None if by_shape or stack_n or meta.get("with_flops") else pc.field("name").isin(_flop_ops())
+    args = io.read_table(path, kinds=["cpu_op", "nvtx"], columns=["event_id", "args"], filters=ops)
+    table = table.join(args, "event_id", join_type="left outer")
     return table.replace_schema_metadata({TRACE_KEY: json.dumps(meta)})
 
 
@@ -91,6 +91,8 @@ def operators(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsT
     measured = A.measure(ev, stack_n)
     torch_rows = A.rows(measured, ev.names, by_shape, stack_n)
     rows, mine = N.view(measured, ev.names, by_shape, stack_n)
+    if not by_shape and not stack_n:
+        rows = _with_roofline(table, rows)
     out = _table(table, source, "traceconv", mine, rows, by_shape, stack_n)
     return replace(
         out,
@@ -98,6 +100,23 @@ def operators(table: pa.Table, by_shape: bool = False, stack_n: int = 0) -> OpsT
         runtime=N.runtime(torch_rows),
         differences=N.differences(torch_rows, rows, measured),
     )
+
+
+def _flop_ops() -> list[str]:
+    """The operators whose ``args`` the roofline reads (imported here: the roofline imports this package)."""
+    from traceconv.analyses.roofline.flops import FAMILY_PREFIXES
+
+    return list(FAMILY_PREFIXES)
+
+
+def _with_roofline(table: pa.Table, rows: list[OpStats]) -> list[OpStats]:
+    """Each operator with the TFLOP/s of its matrix work and its place on the roofline, where known."""
+    from traceconv.analyses.roofline import op_roofs
+    from traceconv.analyses.source import Source
+
+    with Source(table) as source:
+        roofs = {o.name: o for o in op_roofs(source)}
+    return [replace(r, tflops=o.tflops, pct_of_roof=o.pct_of_roof) if (o := roofs.get(r.name)) else r for r in rows]
 
 
 def _events(table: pa.Table, by_shape: bool, stack_n: int) -> tuple[str, Events]:

@@ -7,7 +7,8 @@
 2. :mod:`.timeline`: each GPU's busy and idle time over those windows, and its idle gaps by cause;
 3. :mod:`.attribution`: operators, ranges, kernels, copies and syncs, and who caused them
    (:mod:`.measure` runs stages 2 and 3 for every scope in one pass);
-4. :mod:`.findings` and :mod:`.verdict`: the problems, ranked by what fixing each would win;
+4. :mod:`.findings` and :mod:`.verdict`: the problems, ranked by what fixing each would win (with
+   :mod:`traceconv.analyses.roofline`'s measure of the matrix work: tensor cores, FLOP/s, MFU);
 5. :mod:`.advice`: each fix in the words of the program, chosen by what the host was doing;
 
 and :mod:`.coverage` says what the profile cannot answer. Findings and the verdict come from the
@@ -18,6 +19,7 @@ what the command shows, :func:`as_dict` its JSON form.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ import pyarrow as pa
 from traceconv.analyses import memory as M
 from traceconv.analyses import metrics as U
 from traceconv.analyses import ranks as R
+from traceconv.analyses import roofline as RF
 from traceconv.analyses.finding import Finding, ordered
 from traceconv.analyses.graphs import Graphs
 from traceconv.analyses.graphs import graphs as graphs_of
@@ -82,6 +85,7 @@ class Summary:
     lacks: list[Lack] = field(default_factory=list)  # what the profile does not hold
     critical_path: CriticalPath | None = None  # each step's time by what it waited for (steps only)
     graphs: Graphs | None = None  # the CUDA graphs replayed (None: none)
+    roofline: RF.Roofline | None = None  # the focus scope's matrix work against the GPU's peaks
 
     @property
     def focus(self) -> ScopeStats:
@@ -112,10 +116,12 @@ def summarize(
     top: int = DEFAULT_TOP,
     step_pattern: str = STEP_PATTERN,
     sort: str = "gpu_self",
+    peaks: Mapping[str, float | str] | None = None,
 ) -> Summary:
     """Summarise an input: a :class:`Source` (Parquet files, read out of core) or a unified table
     (e.g. ``load(path, columns=prepare.INPUT_COLUMNS)``); operators in ``sort`` order (a key of
-    :data:`SORTS`)."""
+    :data:`SORTS`); ``peaks``: ``--peak`` overrides of the GPU's peaks
+    (:func:`traceconv.analyses.roofline.parse`)."""
     if sort not in SORTS:
         raise UsageError(None, f"--sort {sort!r} is not an operator column", f"choose from {', '.join(SORTS)}")
     source = as_source(data)
@@ -132,8 +138,9 @@ def summarize(
     per_rank = R.analyse(source, step_pattern, thresholds) if R.several(source) else None
     memory = M.memory(source, facts.steps, top, facts.window[0])
     utilisation = utilisation_of(source, steps)
+    roof = RF.roofline(source, roofline_windows(focus, facts), peaks)
     found, replay_notes = with_replayed_savings(
-        source, facts, evaluate(focus, thresholds, facts.program, utilisation), step_pattern
+        source, facts, evaluate(focus, thresholds, facts.program, utilisation, roof), step_pattern
     )
     found += memory_findings(memory, thresholds, facts.program)
     notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds) + replay_notes
@@ -153,7 +160,19 @@ def summarize(
         lacks=lacks(source, facts),
         critical_path=of_scope(steps),
         graphs=graphs_of(source),
+        roofline=roof,
     )
+
+
+def roofline_windows(focus: ScopeStats, facts: Facts) -> RF.Windows:
+    """The roofline's scope, the summary's focus: the steps (by their host ranges; each as long as the
+    program lived it), or the whole window, as long as the GPUs' span of work."""
+    lived = facts.steps
+    if focus.scope.name == "steps" and lived is not None:
+        return RF.Windows("steps", lived.cpu_start_ns, lived.cpu_end_ns, lived.end_ns - lived.start_ns)
+    lo, hi = facts.window
+    one = np.array([focus.scope.step_ns], np.int64)
+    return RF.Windows("window", np.array([lo], np.int64), np.array([hi], np.int64), one)
 
 
 def _queue_note(focus: ScopeStats, facts: Facts, t: Thresholds) -> list[str]:
@@ -241,6 +260,7 @@ class SummaryReport:
     lacks: list[Lack]  # what the profile does not hold, what that hides, how to record it
     critical_path: CriticalPath | None  # the steps' time by what they waited for (null without steps)
     graphs: Graphs | None  # the CUDA graphs replayed (null: none)
+    roofline: RF.Roofline | None  # the matrix work against the GPU's peaks: tensor cores, FLOP/s, MFU
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -271,6 +291,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         lacks=s.lacks,
         critical_path=s.critical_path,
         graphs=s.graphs,
+        roofline=RF.cut(s.roofline, top) if s.roofline is not None else None,
     )
 
 

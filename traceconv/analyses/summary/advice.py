@@ -33,6 +33,28 @@ _FIXES: dict[str, dict[str, str]] = {
         "cuda": "small grids or heavy register/shared memory use leave SMs idle: larger grids, __launch_bounds__, "
         "fewer registers or less shared memory per block fill the GPU",
     },
+    # -- the matrix work (traceconv.analyses.roofline) --
+    "NO_TENSOR_CORES": {  # fp32 matrix products on the CUDA cores
+        "pytorch": 'torch.set_float32_matmul_precision("high") (TF32 matmuls; cuDNN convolutions use TF32 by '
+        'default), or bf16 autocast: torch.autocast("cuda", dtype=torch.bfloat16)',
+        "cuda": "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH) or CUBLAS_COMPUTE_32F_FAST_TF32 for fp32 "
+        "GEMMs, or compute in bf16/fp16",
+    },
+    "NO_TENSOR_CORES_AMP": {  # fp32 on a GPU whose tensor cores have no TF32, or gain little from it
+        "pytorch": 'run the forward pass under autocast: torch.autocast("cuda", dtype=torch.bfloat16), or '
+        "torch.float16 with torch.amp.GradScaler where the GPU has no bf16 (V100)",
+        "cuda": "compute the GEMMs in fp16 or bf16 (cublasGemmEx with CUDA_R_16F/CUDA_R_16BF inputs)",
+    },
+    "NO_TENSOR_CORES_16": {  # 16-bit matrix work that the libraries ran on the CUDA cores all the same
+        "pytorch": "make matrix dimensions multiples of 8, use channels_last for convolutions and "
+        "torch.backends.cudnn.benchmark = True, so that the libraries can pick tensor-core kernels",
+        "cuda": "make matrix dimensions multiples of 8, use NHWC convolutions and let cuDNN pick by benchmark, "
+        "so that the libraries can pick tensor-core kernels",
+    },
+    "LOW_MFU": {
+        "pytorch": "the findings above first; then larger matrices a launch, bf16, fused kernels (torch.compile)",
+        "cuda": "the findings above first; then larger GEMMs, 16-bit types on the tensor cores, fused kernels",
+    },
     # -- memory --
     "MEMORY_GROWTH": {
         "pytorch": "find what keeps tensors from one step to the next: a list or dict of outputs, losses logged "

@@ -15,23 +15,28 @@ the gaps that followed a sync waiting for a result (``SYNC_STALLS``) or staging 
 (``PAGEABLE_COPIES``); short gaps between launches (``TINY_KERNELS``, when most kernels are shorter
 than their launch call; else ``GPU_IDLE``); long gaps of the host's own work (``GPU_IDLE``). The
 copies' saving is their GPU time (``HOST_DEVICE_COPIES``); the SMs' is the busy time in which
-SMs sat idle (``LOW_SM_ACTIVITY``). Fixes are phrased for the program the trace comes from and
-chosen by what the host was doing (:mod:`traceconv.analyses.summary.advice`).
+SMs sat idle (``LOW_SM_ACTIVITY``); the matrix work's, from :mod:`traceconv.analyses.roofline`, what
+the tensor cores would take off the CUDA cores' time (``NO_TENSOR_CORES``) and what the tensor-core
+kernels lose to their roofs when MFU is low (``LOW_MFU``): see :mod:`.matrix`. Fixes are
+phrased for the program the trace comes from and chosen by what the host was doing
+(:mod:`traceconv.analyses.summary.advice`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from traceconv.analyses.finding import Finding, make, ordered, ratio, saving_severity
+from traceconv.analyses.finding import Finding, make, ordered, ratio
 from traceconv.analyses.memory import growth
 from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import Program
 from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
+from traceconv.analyses.roofline import Roofline
 from traceconv.analyses.summary.advice import fix, idle_fix, tiny_fix
+from traceconv.analyses.summary.matrix import CHECKS as MATRIX_CHECKS
 from traceconv.analyses.summary.measure import ScopeStats
+from traceconv.analyses.summary.timed import costly, per_of, timed, where, wins
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.names import kernel_label, shorten
 from traceconv.units import count, mb, ms, us
@@ -44,6 +49,8 @@ CODES = (
     "LOW_OCCUPANCY",
     "TINY_KERNELS",
     "LOW_SM_ACTIVITY",
+    "NO_TENSOR_CORES",
+    "LOW_MFU",
     # memory (memory_findings)
     "MEMORY_GROWTH",
     "FRAGMENTATION",
@@ -61,60 +68,22 @@ OP_HINTS = {
 PYTORCH = Program("pytorch", cuda_graphs=False)
 
 
-@dataclass(frozen=True)
-class _Per:
-    """A scope's step and what its GPUs' idle gaps cost a step, by cause (per GPU)."""
-
-    step_ns: int
-    steps: int
-    devices: int
-
-    def per_step(self, ns: float) -> float:
-        return ns / max(self.steps, 1) / max(self.devices, 1)
-
-    def pct(self, per_step: float) -> float:
-        return per_step * 100.0 / self.step_ns if self.step_ns else 0.0
-
-
-def _per(stats: ScopeStats) -> _Per:
-    return _Per(stats.scope.step_ns, stats.scope.steps, max(len(stats.gpu), 1))
-
-
 def evaluate(
     stats: ScopeStats,
     thresholds: Thresholds = DEFAULTS,
     program: Program = PYTORCH,
     utilisation: Utilisation | None = None,
+    roofline: Roofline | None = None,
 ) -> list[Finding]:
     """The findings of one scope, by what their fixes would win; ``utilisation``: its GPU metrics,
-    if any (:func:`traceconv.analyses.metrics.scope_means`)."""
+    if any (:func:`traceconv.analyses.metrics.scope_means`); ``roofline``: its matrix work
+    (:func:`traceconv.analyses.roofline.roofline`)."""
     out = [f for check in _CHECKS if (f := check(stats, thresholds, program)) is not None]
     if utilisation and (sm := low_sm_activity(stats, utilisation, thresholds, program)) is not None:
         out.append(sm)
+    if roofline is not None:
+        out += [f for check in MATRIX_CHECKS if (f := check(stats, roofline, thresholds, program)) is not None]
     return ordered(out)
-
-
-def costly(stats: ScopeStats, cost_ns: float, t: Thresholds) -> bool:
-    """Whether a cost (copy time, idle time) in the scope is worth a finding: at least
-    ``min_cost_ms`` in all, and at least ``min_cost_pct`` of a step."""
-    step = stats.scope.step_ns
-    per_step = cost_ns / max(stats.scope.steps, 1)
-    return cost_ns >= t.min_cost_ms * 1e6 and (not step or per_step * 100.0 >= t.min_cost_pct * step)
-
-
-def _timed(code: str, value: float, threshold: float, message: str, per: _Per, saving: float) -> Finding:
-    """A finding about time: its severity from what its fix would win a step."""
-    pct = per.pct(saving)
-    return Finding(code, saving_severity(pct), message, round(value, 2), threshold, round(saving), round(pct, 1))
-
-
-def _wins(per: _Per, saving: float) -> str:
-    return f"fixing it would win about {ms(saving)} a step ({per.pct(saving):.0f}%)"
-
-
-def _where(stats: ScopeStats) -> str:
-    s = stats.scope
-    return f"in {s.steps} steps" if s.name == "steps" else "in the profiled window"
 
 
 def _causes(items: Sequence[OpTally], program: Program, calls: Sequence[CallTally] = ()) -> str:
@@ -135,7 +104,7 @@ def host_device_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Fi
     value = dur * 100.0 / stats.gpu_time_ns
     if value < t.HOST_DEVICE_COPIES or not costly(stats, dur, t):
         return None
-    per = _per(stats)
+    per = per_of(stats)
     count, size = sum(p.count for p in parts), sum(p.bytes for p in parts)
     pageable = sum(p.pageable_count for p in parts)
     ops = sorted((o for p in parts for o in p.ops), key=lambda o: -o.dur_ns)
@@ -143,10 +112,10 @@ def host_device_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Fi
     saving = per.per_step(dur)
     msg = (
         f"{'+'.join(k for k in HOST_DEVICE if k in stats.memcpy)} copies take {value:.1f}% of GPU time "
-        f"{_where(stats)}: {ms(dur)}, {mb(size)} in {count:,} copies ({pageable:,} pageable){top}; "
-        f"{_wins(per, saving)}. Fix: {fix('HOST_DEVICE_COPIES', program)}"
+        f"{where(stats)}: {ms(dur)}, {mb(size)} in {count:,} copies ({pageable:,} pageable){top}; "
+        f"{wins(per, saving)}. Fix: {fix('HOST_DEVICE_COPIES', program)}"
     )
-    return _timed("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg, per, saving)
+    return timed("HOST_DEVICE_COPIES", value, t.HOST_DEVICE_COPIES, msg, per, saving)
 
 
 def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
@@ -156,7 +125,7 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     cost = _blocking_cost(stats, gaps.result_wait_ns, sync.dur_ns)
     if value < t.SYNC_STALLS or not sync.count or not costly(stats, cost, t):
         return None
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(cost)
     calls = ", ".join(f"{c.name} x{c.count}" for c in sync.calls[:3])
     causes = _causes(gaps.result_wait_ops[:4] or sync.ops[:4], program, sync.calls[:3])
@@ -171,9 +140,9 @@ def sync_stalls(stats: ScopeStats, t: Thresholds, program: Program) -> Finding |
     msg = (
         f"{head}, from {causes}. Each drains the GPU's queue: the GPU sat idle "
         f"{ms(per.per_step(gaps.result_wait_ns))} a step after them until the host had queued more work; "
-        f"{_wins(per, saving)}. Fix: {fix('SYNC_STALLS', program)}"
+        f"{wins(per, saving)}. Fix: {fix('SYNC_STALLS', program)}"
     )
-    return _timed("SYNC_STALLS", value, t.SYNC_STALLS, msg, per, saving)
+    return timed("SYNC_STALLS", value, t.SYNC_STALLS, msg, per, saving)
 
 
 def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | None:
@@ -184,17 +153,17 @@ def pageable_copies(stats: ScopeStats, t: Thresholds, program: Program) -> Findi
     cost = _blocking_cost(stats, gaps.staging_ns, blocked)
     if value < t.PAGEABLE_COPIES or not staged.count or not costly(stats, cost, t):
         return None
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(cost)
     each = " per step" if scope.name == "steps" else ""
     causes = "; ".join(f"{o.label} x{o.count}" for o in (gaps.staging_ops or staged.ops)[:4])
     msg = (
         f"{count(value)} HtoD copies{each} ({mb(staged.bytes / n)}) from pageable memory block the host while they "
         f"are staged through a pinned buffer ({us(blocked / n)}{each}), and the GPU's queue drains meanwhile "
-        f"(idle {ms(per.per_step(gaps.staging_ns))} a step after them); from {causes}; {_wins(per, saving)}. "
+        f"(idle {ms(per.per_step(gaps.staging_ns))} a step after them); from {causes}; {wins(per, saving)}. "
         f"Fix: {fix('PAGEABLE_COPIES', program)}"
     )
-    return _timed("PAGEABLE_COPIES", value, t.PAGEABLE_COPIES, msg, per, saving)
+    return timed("PAGEABLE_COPIES", value, t.PAGEABLE_COPIES, msg, per, saving)
 
 
 HOST_LIMITED = ("cpu-bound", "launch-bound")
@@ -229,7 +198,7 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
     tiny = _tiny(stats, t)
     launch = 0 if tiny is not None and tiny >= t.TINY_KERNELS else gaps.launch_ns
     cost = gaps.host_ns + launch
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(cost)
     value = per.pct(saving)
     if value < t.GPU_IDLE or not costly(stats, cost, t):
@@ -238,11 +207,11 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
     idle = (window - busy) * 100.0 / window
     doing = _host_doing(stats, launch)
     msg = (
-        f"GPU idle {idle:.0f}% of the time {_where(stats)} (busy {ms(busy)} of {ms(window)}); it waits "
-        f"{ms(saving)} a step for the host: {doing}; {_wins(per, saving)}. "
+        f"GPU idle {idle:.0f}% of the time {where(stats)} (busy {ms(busy)} of {ms(window)}); it waits "
+        f"{ms(saving)} a step for the host: {doing}; {wins(per, saving)}. "
         f"Fix: {idle_fix(_dominant(gaps, launch), program, gaps.host_activity[0].name if gaps.host_activity else None)}"
     )
-    return _timed("GPU_IDLE", value, t.GPU_IDLE, msg, per, saving)
+    return timed("GPU_IDLE", value, t.GPU_IDLE, msg, per, saving)
 
 
 def _dominant(gaps: Any, launch: int) -> str:
@@ -256,7 +225,7 @@ def _dominant(gaps: Any, launch: int) -> str:
 
 def _host_doing(stats: ScopeStats, launch: int) -> str:
     gaps = stats.gaps
-    per = _per(stats)
+    per = per_of(stats)
     out = []
     if gaps.host_ns:
         outside = gaps.host_outside_ops_ns * 100.0 / gaps.host_ns
@@ -306,16 +275,16 @@ def tiny_kernels(stats: ScopeStats, t: Thresholds, program: Program) -> Finding 
     if stats.bound.gpu_busy_pct >= t.gpu_bound_pct:
         return None  # the GPUs are the limit, the launches keep up
     f = stats.launch
-    per = _per(stats)
+    per = per_of(stats)
     saving = per.per_step(gaps.launch_ns)
     names = ", ".join(f"{_trim(n)} x{c}" for n, c in f.tiny_names.items())
     msg = (
         f"{value:.0f}% of kernels ({f.shorter_than_launch:,} of {f.launched:,}) run shorter than their own "
         f"launch call (median {us(f.tiny_median_ns or 0)} vs {us(f.launch_median_ns or 0)} to launch): the GPU "
         f"sits idle {ms(saving)} a step in short gaps while the host dispatches and launches the next; most "
-        f"frequent: {names}; {_wins(per, saving)}. Fix: {tiny_fix(program)}"
+        f"frequent: {names}; {wins(per, saving)}. Fix: {tiny_fix(program)}"
     )
-    return _timed("TINY_KERNELS", value, t.TINY_KERNELS, msg, per, saving)
+    return timed("TINY_KERNELS", value, t.TINY_KERNELS, msg, per, saving)
 
 
 # -- GPU metrics (Nsight Systems --gpu-metrics-devices) ----------------------------------------
@@ -345,16 +314,16 @@ def low_sm_activity(stats: ScopeStats, u: Utilisation, t: Thresholds, program: P
     issue = f", SM issue {m['sm_issue_pct']:.0f}%" if "sm_issue_pct" in m else ""
     f = stats.launch
     avg = stats.kernels["dur_ns"].sum() / max(f.kernels, 1)
-    per = _per(stats)
+    per = per_of(stats)
     dev_busy = stats.gpu[device].busy_ns if device in stats.gpu else sum(d.busy_ns for d in stats.gpu.values())
     saving = dev_busy / max(stats.scope.steps, 1) * (1.0 - value / 100.0)
     msg = (
-        f"SMs active {value:.1f}% of the time on GPU {device} {_where(stats)} (GPU metrics{issue}{warps}) while "
+        f"SMs active {value:.1f}% of the time on GPU {device} {where(stats)} (GPU metrics{issue}{warps}) while "
         f"the GPU runs work {busy:.0f}% of the time: {f.kernels:,} kernels of {us(avg)} on average leave most SMs "
         f"without a block; kernels that filled the SMs would win up to {ms(saving)} a step "
         f"({per.pct(saving):.0f}%). Fix: {fix('LOW_SM_ACTIVITY', program)}"
     )
-    return _timed("LOW_SM_ACTIVITY", value, t.LOW_SM_ACTIVITY, msg, per, saving)
+    return timed("LOW_SM_ACTIVITY", value, t.LOW_SM_ACTIVITY, msg, per, saving)
 
 
 def _short(row: Any) -> str:

@@ -77,6 +77,12 @@ def gpus(db: Database) -> list[dict[str, Any]]:
     return []
 
 
+def cuda_devices(db: Database) -> list[dict[str, Any]]:
+    """TARGET_INFO_CUDA_DEVICE: per process, which GPU (``gpuId``, TARGET_INFO_GPU's ``id``) each CUDA
+    device id (``cudaId``, the kernels' ``device``) is (2023.4+; [] before)."""
+    return _all_rows(db, CUDA_DEVICES)
+
+
 def devices(db: Database) -> Devices:
     """The GPUs' limits, for the occupancy of kernels: from TARGET_INFO_GPU, else (or where it
     lacks them, as in 2021.x exports) TARGET_INFO_CUDA_GPU."""

@@ -26,6 +26,7 @@ from traceconv.readers.nsys.enums import Enums
 from traceconv.readers.nsys.meta import (
     Names,
     check_export,
+    cuda_devices,
     devices,
     export_version,
     gpus,
@@ -112,6 +113,8 @@ class NsysReader:
         if not meta:
             self.info.notes.append("the export names no Nsight Systems version (exports before 2022.2 do not)")
         meta["gpus"] = gpus(db)
+        if mapping := cuda_devices(db):
+            meta["cuda_devices"] = mapping
         start, utc = session_start_ns(db)
         if start is not None:
             meta["session_start_ns"] = start

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from traceconv.analyses.results import CriticalPath, KernelRow, MemoryPeak, OpRow
+from traceconv.analyses.roofline import Roofline
+from traceconv.analyses.roofline.peaks import Peaks
 from traceconv.analyses.timeline import CLASSES, Breakdown, Histogram, Series, Timeline
 from traceconv.names import kernel_label, shorten
 from traceconv.render.path import PART_WORDS
@@ -308,3 +310,87 @@ def diff_kernels(rows: list[dict[str, Any]], scope: str) -> Spec | None:
     return _bars(
         "Kernels before and after (biggest change first)", data, unit, {"before": "#bab0ac", "after": "#4c78a8"}
     )
+
+
+# The compute roofs drawn: the CUDA cores' fp32 and the tensor cores' TF32 and bf16 (where the GPU has them).
+ROOFS = (("fp32", "fp32 (CUDA cores)"), ("tf32", "TF32 (tensor cores)"), ("bf16", "bf16 (tensor cores)"))
+ROOF_COLOURS = ("#e45756", "#72b7b2", "#54a24b")
+CORE_COLOURS = {"cuda": "#e45756", "tensor": "#4c78a8", "mixed": "#b279a2", "unknown": "#9d755d"}
+
+
+def _roof_lines(peaks: Peaks | None, lo: float, hi: float) -> list[dict[str, Any]]:
+    """Each compute roof of :data:`ROOFS` as a line: the memory roof up to its ridge point, then flat."""
+    if peaks is None or not peaks.bandwidth_gbps:
+        return []
+    bandwidth = peaks.bandwidth_gbps
+    out = []
+    for key, label in ROOFS:
+        peak = peaks.cuda(key) if key == "fp32" else peaks.tensor(key)
+        if peak:
+            ridge = peak * 1e3 / bandwidth
+            for x in (min(lo, ridge / 4), ridge, max(hi, ridge * 4)):
+                out.append({"intensity": x, "tflops": min(peak, x * bandwidth / 1e3), "roof": label})
+    return out
+
+
+def roofline(r: Roofline | None) -> Spec | None:
+    """The operators as points (arithmetic intensity, achieved TFLOP/s) under the GPU's roofs: the memory
+    roof (bandwidth x intensity) up to each compute roof, log-log."""
+    points = [o for o in (r.ops if r else []) if o.intensity and o.tflops]
+    if r is None or not points:
+        return None
+    lo = min(o.intensity or 1.0 for o in points) / 4
+    hi = max(o.intensity or 1.0 for o in points) * 4
+    lines = _roof_lines(r.device.peaks, lo, hi)
+    ops = [
+        {
+            "name": shorten(o.name, NAME_WIDTH),
+            "intensity": o.intensity,
+            "tflops": o.tflops,
+            "ms": round(o.gpu_ns / 1e6, 3),
+            "engine": o.engine or "unknown",
+            "dtype": o.dtype or "",
+            "pct": o.pct_of_roof,
+            "bound": o.bound or "",
+        }
+        for o in points
+    ]
+    x = _q("intensity", "arithmetic intensity (FLOP per byte of least traffic, log)", scale={"type": "log"})
+    y = _q("tflops", "achieved TFLOP/s (log)", scale={"type": "log"})
+    spec = _chart(
+        f"Roofline of the operators ({r.device.model or r.device.name or 'GPU of unknown peaks'})",
+        ops,
+        height=320,
+    )
+    del spec["data"]
+    roof = {
+        "data": {"values": lines},
+        "mark": {"type": "line", "strokeDash": [4, 3]},
+        "encoding": {
+            "x": x,
+            "y": y,
+            "color": _n("roof", "roof", scale={"domain": [r[1] for r in ROOFS], "range": list(ROOF_COLOURS)}),
+        },
+    }
+    dots = {
+        "data": {"values": ops},
+        "mark": {"type": "circle", "tooltip": True, "opacity": 0.8},
+        "encoding": {
+            "x": x,
+            "y": y,
+            "size": _q("ms", "GPU time (ms)"),
+            "color": _n("engine", "cores", scale={"domain": list(CORE_COLOURS), "range": list(CORE_COLOURS.values())}),
+            "tooltip": [
+                _n("name", "operator"),
+                _q("tflops", "TFLOP/s"),
+                _q("intensity", "FLOP/byte"),
+                _q("ms", "GPU ms"),
+                _n("dtype", "type"),
+                _q("pct", "% of its roof"),
+                _n("bound", "bound"),
+            ],
+        },
+    }
+    spec["layer"] = [roof, dots] if lines else [dots]
+    spec["resolve"] = {"scale": {"color": "independent"}}
+    return spec

@@ -56,6 +56,13 @@ def run_sections(page: Page, run: RunFigures, prefix: str = "") -> None:
         *(page.chart(C.histogram(h), f"no kernel {h.name} times in this input") for h in run.histograms),
     )
     page.section(
+        f"{key}roofline",
+        f"{tag}Matrix work against the GPU's peaks ({s.findings_scope})",
+        _roofline_overview(s),
+        page.chart(C.roofline(s.roofline), "no operator's FLOPs are known (record_shapes=True records the shapes)"),
+        _roofline_table(s),
+    )
+    page.section(
         f"{key}copies",
         f"{tag}Copies and memory",
         page.chart(C.copies(run.timeline), "no copies in this input"),
@@ -131,6 +138,35 @@ def _kernels_table(s: SummaryReport) -> str:
     cols += [Column("avg queue (µs)", "queue_avg_ns", us), Column("% of kernel time", "time_pct", pct)]
     cols += [Column("occupancy %", "occupancy_pct", pct)]
     return table(cols, rows, "no kernels")
+
+
+def _roofline_overview(s: SummaryReport) -> str:
+    r = s.roofline
+    if r is None:
+        return ""
+    m = r.matrix
+    items = [("GPU", r.device.model or r.device.name or "unknown")]
+    if r.flops_per_step is not None:
+        items.append(("TFLOP a step" if r.scope == "steps" else "TFLOP", f"{r.flops_per_step / 1e12:,.3f}"))
+        items.append(("achieved TFLOP/s", f"{r.achieved_tflops or 0:,.1f}"))
+    if r.mfu_pct is not None:
+        items.append((f"MFU (vs {r.mfu_peak_tflops:,.1f} {r.mfu_basis})", f"{r.mfu_pct:.2f} %"))
+    if m.matrix_ns:
+        items.append(("matrix time on tensor cores", f"{m.tensor_ns * 100 / m.matrix_ns:.0f} %"))
+    return kpis(items) + notes(r.notes)
+
+
+def _roofline_table(s: SummaryReport) -> str:
+    rows = [vars(o) for o in (s.roofline.ops if s.roofline else [])]
+    cols = [Column("operator", "name"), Column("calls", "calls", count), Column("GPU (ms)", "gpu_ns", ms)]
+    cols += [Column("cores", "engine"), Column("type", "dtype"), Column("TFLOP/s", "tflops", count)]
+    cols += [Column("GB/s", "gbps", count), Column("FLOP/byte", "intensity", count)]
+    cols += [
+        Column("roof (TFLOP/s)", "roof_tflops", count),
+        Column("bound", "bound"),
+        Column("% of roof", "pct_of_roof", pct),
+    ]
+    return table(cols, rows, "no operator's FLOPs are known")
 
 
 def _copies_table(s: SummaryReport) -> str:

@@ -1,0 +1,110 @@
+"""Each kernel with its engine and its share of its operator's work, read once from the events.
+
+A kernel's operator is the innermost one around its launch (``op_event_id``: a CPU operator, or under
+Nsight Systems the NVTX range of ``--pytorch=autograd-shapes-nvtx``). The operator's work
+(:func:`.flops.work`) is shared among its matrix kernels by their time (the split-K reductions,
+epilogues and transposes beside a GEMM get none); an operator with no matrix kernel shares it among all
+of its kernels. Its least traffic is shared the same way, in bytes of its inputs' type (where the trace
+does not record the type, that of its kernels' names; else 4 bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from traceconv.analyses.prepare import op_label
+from traceconv.analyses.roofline import flops as F
+from traceconv.analyses.roofline import tensor_cores as T
+from traceconv.analyses.source import Source, literals
+
+# Per kernel: these, from :func:`kernels`.
+
+
+def read(source: Source) -> pd.DataFrame:
+    """The kernels (name, duration, device, trace, anchor: the launch's start, else its own; linked: whether
+    the trace holds the launch) with their operator's name and, for the operators whose work can be
+    counted, its arguments."""
+    families = literals(F.FAMILY_PREFIXES)
+    args = f"CASE WHEN split_part(o.name, ',', 1) IN ({families}) THEN o.args END" if source.has("args") else "NULL"
+    dur = "k.dur_ns" if source.has("dur_ns") else "k.end_ns - k.start_ns"  # key_averages' tables lack some
+    launched = source.has("launch_start_ns")
+    anchor = "coalesce(k.launch_start_ns, k.start_ns)" if launched else "k.start_ns"
+    linked = "k.launch_start_ns IS NOT NULL" if launched else "FALSE"
+    frame: pd.DataFrame = source.frame(
+        f"SELECT CAST(k.name AS VARCHAR) AS name, {dur} AS dur_ns, CAST(k.device AS BIGINT) AS device, "
+        f"coalesce(k.trace_id, '') AS trace_id, {anchor} AS anchor_ns, {linked} AS linked, k.start_ns, "
+        f"k.op_event_id, CAST(o.name AS VARCHAR) AS op, {args} AS args FROM events k "
+        "LEFT JOIN events o ON coalesce(o.trace_id, '') = coalesce(k.trace_id, '') AND o.event_id = k.op_event_id "
+        f"AND o.kind IN ('cpu_op', 'nvtx') WHERE k.kind = 'kernel' AND {dur} IS NOT NULL"
+    )
+    return frame
+
+
+def kernels(frame: pd.DataFrame, tensor_active: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """:func:`read`'s kernels with their engine (by name; by Tensor Active where the name does not tell),
+    their share of their operator's FLOPs and bytes, and the operator's input type; ``op_key`` numbers
+    the operator calls (-1: none), ``op`` is the operator's grouped name."""
+    names = frame["name"].astype("category")
+    engines = [T.by_metric(T.classify(n), (tensor_active or {}).get(n)) for n in names.cat.categories]
+    codes = names.cat.codes.to_numpy()
+    out = pd.DataFrame(
+        {
+            "name": names,
+            "dur_ns": frame["dur_ns"].fillna(0).astype("int64").to_numpy(),
+            "device": frame["device"].fillna(-1).astype("int64").to_numpy(),
+            "trace_id": frame["trace_id"].astype("category"),
+            "anchor_ns": frame["anchor_ns"].fillna(0).astype("int64").to_numpy(),
+            "linked": frame["linked"].fillna(False).astype(bool).to_numpy(),
+            "start_ns": frame["start_ns"].fillna(0).astype("int64").to_numpy(),
+        }
+    )
+    keyed = frame["op_event_id"].notna() & frame["op"].notna()
+    key = np.full(len(frame), -1, np.int64)
+    key[keyed.to_numpy()] = frame[keyed].groupby(["trace_id", "op_event_id"], sort=False, observed=True).ngroup()
+    out["op_key"] = key
+    ops = frame["op"].astype("category")
+    labels = np.array([op_label(str(c)) for c in ops.cat.categories] + [None], dtype=object)
+    out["op"] = pd.Categorical(labels[ops.cat.codes.to_numpy()])  # nsys: many ranges' texts, one operator
+    for col in ("rule", "engine", "dtype", "matrix"):
+        out[col] = np.array([getattr(e, col) for e in engines] + [None], dtype=object)[codes]
+    out["matrix"] = out["matrix"].astype(bool)
+    return _with_work(out, frame)
+
+
+def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """The operators' work shared out to their kernels (see the module)."""
+    key = out["op_key"].to_numpy()
+    ops = int(key.max()) + 1 if len(key) else 0
+    flops, elements = np.zeros(ops + 1, np.float64), np.zeros(ops + 1, np.float64)  # the last: no operator
+    dtypes: list[str | None] = [None] * (ops + 1)
+    has = key >= 0
+    first = pd.Series(np.arange(len(key)))[has].groupby(key[has]).first()
+    texts, args = frame["op"].to_numpy(), frame["args"].to_numpy()
+    for k, row in zip(first.index.to_numpy(), first.to_numpy(), strict=True):
+        found = F.work(str(texts[row]), _text(args[row]))
+        if found is not None:
+            flops[k], elements[k], dtypes[k] = found.flops, found.elements, found.dtype
+    at = np.where(has, key, ops)
+    dur = out["dur_ns"].to_numpy().astype(np.float64)
+    matrix = out["matrix"].to_numpy()
+    by_matrix = np.bincount(at, weights=np.where(matrix, dur, 0.0), minlength=ops + 1)
+    by_all = np.bincount(at, weights=dur, minlength=ops + 1)
+    # a matrix kernel's share of its operator's matrix time; without any, every kernel's of all its time
+    own = np.where(by_matrix[at] > 0, np.where(matrix, by_matrix[at], 0.0), by_all[at])
+    share = np.where(has & (own > 0), dur / np.where(own > 0, own, 1.0), 0.0)
+    op_dtype = np.array(dtypes, dtype=object)[at]
+    op_size = np.array([F.SIZES.get(d or "", 0) for d in dtypes], dtype=np.float64)[at]
+    kernel_size = pd.Series(out["dtype"]).map(F.SIZES).fillna(4).to_numpy(dtype=np.float64)
+    size = np.where(op_size > 0, op_size, kernel_size)  # the inputs' type, else the kernel's, else 4 bytes
+    out["flops"] = flops[at] * share
+    out["moved"] = elements[at] * share * size
+    out["op_dtype"] = op_dtype
+    out["known"] = flops[at] > 0
+    return out
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
