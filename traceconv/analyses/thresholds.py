@@ -23,6 +23,7 @@ class Thresholds:
     STRAGGLER: float = 10.0  # % a rank's compute time (per step when marked) is over the ranks' median
     LOW_OVERLAP: float = 30.0  # % of communication time that runs beside compute, reported *below* this
     COMM_BOUND: float = 20.0  # % of a rank's steps (window without steps) in communication with no compute
+    RECOMPILES: float = 20.0  # % of the steps in which Dynamo compiles (2 steps at least)
     LOW_SM_ACTIVITY: float = 50.0  # mean SMs Active % (GPU metrics) in the steps, reported *below* this ...
     sm_busy_pct: float = 5.0  # ... when the GPUs are busy with kernels, copies or memsets this % of the time or more
     gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound"

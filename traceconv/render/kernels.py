@@ -115,6 +115,8 @@ def kernels_text(r: KernelReport, fmt: str, trace: Path, width: int) -> tuple[st
         cols = [c for c in kernel_summary_cols(r.keys) if c.source != "no_launch" or r.totals.no_launch]
         if "sm_active_pct" in shown.columns:  # GPU metrics: the samples inside the name's executions
             cols.insert(len(cols) - len(r.keys), Col("SMs active (%)", "sm_active_pct", "pct", drop=1))
+        if "fuses" in shown.columns:  # Inductor's kernels: the operations their names say they fuse
+            cols.append(Col("Fuses (Triton)", "fuses", shrink=True, null="", drop=1))
         text = text_table(shown, cols, width, name_width(width))
     lines = [wrapped for line in footer(r).splitlines() for wrapped in textwrap.wrap(line, width)]
     return text + "\n" + "\n".join(lines) + "\n", None

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import compiled as C
 from traceconv.analyses import memory as M
 from traceconv.analyses import metrics as U
 from traceconv.analyses import ranks as R
@@ -54,6 +55,7 @@ from traceconv.analyses.summary.coverage import lacks
 from traceconv.analyses.summary.findings import evaluate, memory_findings
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.summary.path import of_scope
+from traceconv.analyses.summary.recompiles import recompiles
 from traceconv.analyses.summary.scopes import step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import UsageError
@@ -78,6 +80,7 @@ class Summary:
     lived: Steps | None = None  # the steps, as the program lived them
     lacks: list[Lack] = field(default_factory=list)  # what the profile does not hold
     critical_path: CriticalPath | None = None  # each step's time by what it waited for (steps only)
+    compiled: C.Compiled | None = None  # a compiled program's regions, fused operations and compilations
 
     @property
     def focus(self) -> ScopeStats:
@@ -128,7 +131,9 @@ def summarize(
     per_rank = R.analyse(source, step_pattern, thresholds) if R.several(source) else None
     memory = M.memory(source, facts.steps, top, facts.window[0])
     utilisation = utilisation_of(source, steps)
+    made = C.compiled(source)
     found = evaluate(focus, thresholds, facts.program, utilisation) + memory_findings(memory, thresholds, facts.program)
+    found += [f for f in (recompiles(focus, made, thresholds, facts.program),) if f is not None]
     notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds)
     return Summary(
         source=facts.source,
@@ -145,6 +150,7 @@ def summarize(
         lived=facts.steps,
         lacks=lacks(source, facts),
         critical_path=of_scope(steps),
+        compiled=made,
     )
 
 
@@ -232,6 +238,7 @@ class SummaryReport:
     idle_gaps: IdleGaps  # the focus scope's idle gaps by cause: what each fix would win, at most
     lacks: list[Lack]  # what the profile does not hold, what that hides, how to record it
     critical_path: CriticalPath | None  # the steps' time by what they waited for (null without steps)
+    compiled: C.Compiled | None = None  # regions and fused operations cut to ``top`` (null: nothing compiled)
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -261,7 +268,14 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         idle_gaps=s.focus.gaps,
         lacks=s.lacks,
         critical_path=s.critical_path,
+        compiled=_cut(s.compiled, top),
     )
+
+
+def _cut(made: C.Compiled | None, top: int) -> C.Compiled | None:
+    if made is None or not top:
+        return made
+    return dataclasses.replace(made, regions=made.regions[:top], fused=made.fused[:top])
 
 
 def as_dict(s: Summary, top: int = DEFAULT_TOP) -> dict[str, Any]:

@@ -33,6 +33,13 @@ _FIXES: dict[str, dict[str, str]] = {
         "cuda": "small grids or heavy register/shared memory use leave SMs idle: larger grids, __launch_bounds__, "
         "fewer registers or less shared memory per block fill the GPU",
     },
+    "RECOMPILES": {
+        "pytorch": "see which guard fails with TORCH_LOGS=recompiles (usually a shape that changes from step to "
+        "step); mark that dimension dynamic (torch.compile(dynamic=True), or torch._dynamo.mark_dynamic(x, dim) "
+        "before the call), or pad the inputs to one or a few fixed shapes so that the compiled graphs are reused",
+        "cuda": "compile once, before the steps: keep the inputs' shapes fixed (pad them to a few sizes) so that "
+        "the compiled code is reused",
+    },
     # -- memory --
     "MEMORY_GROWTH": {
         "pytorch": "find what keeps tensors from one step to the next: a list or dict of outputs, losses logged "

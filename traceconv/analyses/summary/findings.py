@@ -44,6 +44,7 @@ CODES = (
     "LOW_OCCUPANCY",
     "TINY_KERNELS",
     "LOW_SM_ACTIVITY",
+    "RECOMPILES",  # traceconv.analyses.summary.recompiles
     # memory (memory_findings)
     "MEMORY_GROWTH",
     "FRAGMENTATION",

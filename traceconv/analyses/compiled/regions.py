@@ -1,0 +1,106 @@
+"""Compiled regions and what the GPU ran for them, from the host ranges that PyTorch records.
+
+A compiled program leaves nested host ranges around the work of each call: ``Torch-Compiled
+Region: F/N`` (Dynamo's frame F, its N-th compilation), ``CompiledFunction`` and
+``CompiledFunctionBackward`` (AOTAutograd's forward and backward), and ``## Call CompiledFxGraph
+<hash> ##`` (Inductor's compiled graph). A kernel belongs to every such range its launching call
+lies in on the same thread (the launch links: ``launch_tid``, ``launch_start_ns``), so a range's
+GPU time counts each kernel once, and nested ranges each count it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from traceconv.analyses.source import Source
+
+FRAME = "Torch-Compiled Region: "
+GRAPH = "## Call CompiledFxGraph"
+FUNCTIONS = ("CompiledFunction", "CompiledFunctionBackward")
+_FRAME_ID = re.compile(re.escape(FRAME) + r"(?P<frame>\d+)/(?P<n>\d+)")
+
+# The host ranges of compiled regions (an NVTX row with a device: Kineto's copy of a range on the GPU's row).
+REGIONS_SQL = f"""
+SELECT coalesce(trace_id, '') AS trace_id, pid, tid, name, start_ns, end_ns FROM events
+WHERE kind IN ('cpu_op', 'nvtx') AND end_ns IS NOT NULL AND (device IS NULL OR kind <> 'nvtx')
+  AND (starts_with(name, '{FRAME}') OR name IN {FUNCTIONS} OR starts_with(name, '{GRAPH}'))
+"""
+# Kernels launched inside each region, (region name, kernel) once each: the launching call's thread and start.
+_HITS_SQL = f"""
+WITH r AS ({REGIONS_SQL}),
+k AS (
+  SELECT coalesce(k.trace_id, '') AS trace_id, k.event_id, k.dur_ns, starts_with(k.name, 'triton_') AS triton,
+         a.pid, a.tid, a.start_ns AS launch_ns
+  FROM events k JOIN events a ON a.event_id = k.launch_event_id AND coalesce(a.trace_id, '') = coalesce(k.trace_id, '')
+  WHERE k.kind = 'kernel'
+)
+SELECT DISTINCT r.name AS region, k.trace_id, k.event_id, k.dur_ns, k.triton
+FROM r JOIN k ON k.trace_id = r.trace_id AND k.pid = r.pid AND k.tid = r.tid
+ AND k.launch_ns >= r.start_ns AND k.launch_ns < r.end_ns
+"""
+
+
+@dataclass(frozen=True)
+class RegionRow:
+    """One compiled region, by name: its calls and the GPU work launched inside them."""
+
+    name: str
+    kind: str  # "frame" (Torch-Compiled Region), "function" (CompiledFunction[Backward]), "graph" (CompiledFxGraph)
+    calls: int
+    host_ns: int  # the calls' host time
+    gpu_ns: int  # execution time of the kernels launched inside
+    kernels: int
+    triton_ns: int  # of which Inductor's Triton kernels
+
+
+def region_kind(name: str) -> str:
+    if name.startswith(FRAME):
+        return "frame"
+    return "graph" if name.startswith(GRAPH) else "function"
+
+
+def frame_id(name: str) -> tuple[int, int] | None:
+    """``Torch-Compiled Region: 0/3`` -> (0, 3): Dynamo's frame and its compilation."""
+    m = _FRAME_ID.match(name)
+    return (int(m["frame"]), int(m["n"])) if m else None
+
+
+def regions(source: Source) -> tuple[list[RegionRow], int]:
+    """Every compiled region (most GPU time first) and the GPU time launched inside any of them."""
+    source.table("compiled_hits", _HITS_SQL)
+    calls = source.frame(
+        f"SELECT name, count(*) AS calls, total(end_ns - start_ns) AS host_ns FROM ({REGIONS_SQL}) GROUP BY name"
+    )
+    gpu = source.frame(
+        "SELECT region AS name, count(*) AS kernels, total(dur_ns) AS gpu_ns, "
+        "CAST(coalesce(sum(dur_ns) FILTER (WHERE triton), 0) AS BIGINT) AS triton_ns FROM compiled_hits GROUP BY region"
+    )
+    inside = int(
+        source.scalar("SELECT total(dur_ns) FROM (SELECT DISTINCT trace_id, event_id, dur_ns FROM compiled_hits)")
+    )
+    merged = calls.merge(gpu, on="name", how="left", validate="one_to_one").fillna(0)
+    merged = merged.sort_values(["gpu_ns", "name"], ascending=[False, True], kind="stable")
+    rows = [
+        RegionRow(
+            str(r.name),
+            region_kind(str(r.name)),
+            int(r.calls),
+            int(r.host_ns),
+            int(r.gpu_ns),
+            int(r.kernels),
+            int(r.triton_ns),
+        )
+        for r in merged.itertuples(index=False)
+    ]
+    return rows, inside
+
+
+def first_seen(source: Source) -> pd.DataFrame:
+    """Each ``Torch-Compiled Region: F/N`` and when its first call began (``name``, ``start_ns``), in time order."""
+    return source.frame(
+        f"SELECT name, min(start_ns) AS start_ns FROM ({REGIONS_SQL}) WHERE starts_with(name, '{FRAME}') "
+        "GROUP BY name ORDER BY start_ns, name"
+    )
