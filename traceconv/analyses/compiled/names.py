@@ -112,9 +112,13 @@ def _longest_at(words: list[str], i: int) -> int:
 _MATMUL = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "scaled_mm"})
 
 
+_SAME = {"to_copy": "copy"}  # a dtype conversion: eager's kernels run in aten::copy_, Inductor names _to_copy
+
+
 def family(op: str) -> str:
     """The family of an aten operation, as an eager run and a compiled one both name it: the name
-    without ``aten::``, a leading ``_`` or ``native_`` (``native_layer_norm`` -> ``layer_norm``,
-    ``_to_copy`` -> ``to_copy``); the GEMMs are one family, ``mm``; ``_backward`` is kept."""
-    name = op.removeprefix("aten::").lstrip("_").removeprefix("native_")
-    return "mm" if name in _MATMUL else name
+    without ``aten::``, a leading ``_`` or ``native_``, or an in-place variant's trailing ``_``
+    (``native_layer_norm`` -> ``layer_norm``, ``add_`` -> ``add``); the GEMMs are one family, ``mm``;
+    ``_to_copy`` and ``copy_`` are ``copy``; ``_backward`` is kept."""
+    name = op.removeprefix("aten::").lstrip("_").removeprefix("native_").rstrip("_")
+    return "mm" if name in _MATMUL else _SAME.get(name, name)
