@@ -250,7 +250,7 @@ def test_summary_table_shows_regions_fused_operations_and_compilations() -> None
     assert result.exit_code == 0, result.output
     text = result.output
     assert "Compiled program" in text and "4 compilations (Dynamo)" in text and "Torch-Compiled Region: 0/3" in text
-    assert "addmm" in text.split("Operation (fused by Triton kernels)")[1]
+    assert "addmm" in text.split("Operations fused by Triton kernels")[1]
     assert max(len(line) for line in text.splitlines()) <= 100
 
 

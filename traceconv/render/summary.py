@@ -71,7 +71,7 @@ FUSED_COLS = [
     Col("GPU ms", "gpu_ns", "ms"),
     Col("Launches", "launches", "int"),
     Col("Kernels", "kernels", "int"),
-    Col("Operation (fused by Triton kernels)", "op", shrink=True),
+    Col("Operation", "op", shrink=True),
 ]
 COPY_COLS = [
     Col("Dir", "dir"),
@@ -136,6 +136,7 @@ def _compiled(doc: Doc, r: SummaryReport) -> None:
     if c.regions:
         doc.table([asdict(x) for x in c.regions[:short]], REGION_COLS)
     if c.fused:
+        doc.heading("Operations fused by Triton kernels (a kernel fusing several counts in each)")
         doc.table([asdict(x) for x in c.fused[:short]], FUSED_COLS)
 
 
