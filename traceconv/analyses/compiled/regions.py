@@ -28,18 +28,22 @@ SELECT coalesce(trace_id, '') AS trace_id, pid, tid, name, start_ns, end_ns FROM
 WHERE kind IN ('cpu_op', 'nvtx') AND end_ns IS NOT NULL AND (device IS NULL OR kind <> 'nvtx')
   AND (starts_with(name, '{FRAME}') OR name IN {FUNCTIONS} OR starts_with(name, '{GRAPH}'))
 """
-# Kernels launched inside each region, (region name, kernel) once each: the launching call's thread and start.
-_HITS_SQL = f"""
-WITH r AS ({REGIONS_SQL}),
+BUCKETS = 4  # time buckets per region call, on average: what a kernel's launch is joined on
+# Kernels launched inside each region, (region name, kernel) once each: by the launching call's thread
+# and start, joined on the time bucket of the start (each call a row per bucket it touches), so that a
+# kernel is tested against the calls around its launch, not against every call of its thread.
+_HITS_SQL = """
+WITH r AS ({regions}),
+rb AS (SELECT *, unnest(range(start_ns // {width}, end_ns // {width} + 1)) AS bucket FROM r),
 k AS (
   SELECT coalesce(k.trace_id, '') AS trace_id, k.event_id, k.dur_ns, starts_with(k.name, 'triton_') AS triton,
          a.pid, a.tid, a.start_ns AS launch_ns
   FROM events k JOIN events a ON a.event_id = k.launch_event_id AND coalesce(a.trace_id, '') = coalesce(k.trace_id, '')
   WHERE k.kind = 'kernel'
 )
-SELECT DISTINCT r.name AS region, k.trace_id, k.event_id, k.dur_ns, k.triton
-FROM r JOIN k ON k.trace_id = r.trace_id AND k.pid = r.pid AND k.tid = r.tid
- AND k.launch_ns >= r.start_ns AND k.launch_ns < r.end_ns
+SELECT DISTINCT rb.name AS region, k.trace_id, k.event_id, k.dur_ns, k.triton
+FROM k JOIN rb ON rb.bucket = k.launch_ns // {width} AND k.trace_id = rb.trace_id AND k.pid = rb.pid
+ AND k.tid = rb.tid AND k.launch_ns >= rb.start_ns AND k.launch_ns < rb.end_ns
 """
 
 
@@ -70,7 +74,8 @@ def frame_id(name: str) -> tuple[int, int] | None:
 
 def regions(source: Source) -> tuple[list[RegionRow], int]:
     """Every compiled region (most GPU time first) and the GPU time launched inside any of them."""
-    source.table("compiled_hits", _HITS_SQL)
+    width = source.scalar(f"SELECT (max(end_ns) - min(start_ns)) // ({BUCKETS} * count(*)) FROM ({REGIONS_SQL})")
+    source.table("compiled_hits", _HITS_SQL.format(regions=REGIONS_SQL, width=max(int(width or 0), 1)))
     calls = source.frame(
         f"SELECT name, count(*) AS calls, total(end_ns - start_ns) AS host_ns FROM ({REGIONS_SQL}) GROUP BY name"
     )
