@@ -7,7 +7,9 @@ time spent compiling.
    add, mul);
 2. :mod:`.regions`: the compiled regions in the host ranges and the GPU time launched in each;
 3. :mod:`.compiles`: Dynamo's compilations and their host time (the ``RECOMPILES`` finding,
-   :mod:`traceconv.analyses.summary.recompiles`, judges the ones inside steps).
+   :mod:`traceconv.analyses.summary.recompiles`, judges the ones inside steps);
+
+and :mod:`.families` lines up an eager run and a compiled one by operator family (``diff``).
 
 A profile with no Triton kernel, compiled region or compilation has nothing compiled: ``None``.
 """

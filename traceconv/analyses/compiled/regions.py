@@ -4,13 +4,12 @@ A compiled program leaves nested host ranges around the work of each call: ``Tor
 Region: F/N`` (Dynamo's frame F, its N-th compilation), ``CompiledFunction`` and
 ``CompiledFunctionBackward`` (AOTAutograd's forward and backward), and ``## Call CompiledFxGraph
 <hash> ##`` (Inductor's compiled graph). A kernel belongs to every such range its launching call
-lies in on the same thread (the launch links: ``launch_tid``, ``launch_start_ns``), so a range's
-GPU time counts each kernel once, and nested ranges each count it.
+lies in on the same thread (the launch link ``launch_event_id``: the call's thread and start), so a
+range's GPU time counts each kernel once, and nested ranges each count it.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -20,7 +19,6 @@ from traceconv.analyses.source import Source
 FRAME = "Torch-Compiled Region: "
 GRAPH = "## Call CompiledFxGraph"
 FUNCTIONS = ("CompiledFunction", "CompiledFunctionBackward")
-_FRAME_ID = re.compile(re.escape(FRAME) + r"(?P<frame>\d+)/(?P<n>\d+)")
 
 # The host ranges of compiled regions (an NVTX row with a device: Kineto's copy of a range on the GPU's row).
 REGIONS_SQL = f"""
@@ -66,16 +64,12 @@ def region_kind(name: str) -> str:
     return "graph" if name.startswith(GRAPH) else "function"
 
 
-def frame_id(name: str) -> tuple[int, int] | None:
-    """``Torch-Compiled Region: 0/3`` -> (0, 3): Dynamo's frame and its compilation."""
-    m = _FRAME_ID.match(name)
-    return (int(m["frame"]), int(m["n"])) if m else None
-
-
 def regions(source: Source) -> tuple[list[RegionRow], int]:
     """Every compiled region (most GPU time first) and the GPU time launched inside any of them."""
     width = source.scalar(f"SELECT (max(end_ns) - min(start_ns)) // ({BUCKETS} * count(*)) FROM ({REGIONS_SQL})")
-    source.table("compiled_hits", _HITS_SQL.format(regions=REGIONS_SQL, width=max(int(width or 0), 1)))
+    if width is None:  # no compiled region
+        return [], 0
+    source.table("compiled_hits", _HITS_SQL.format(regions=REGIONS_SQL, width=max(int(width), 1)))
     calls = source.frame(
         f"SELECT name, count(*) AS calls, total(end_ns - start_ns) AS host_ns FROM ({REGIONS_SQL}) GROUP BY name"
     )
