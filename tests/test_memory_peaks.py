@@ -188,13 +188,19 @@ def test_memory_growth_on_a_hand_shifted_real_trace() -> None:
     assert "loss.item()" in found[0].message and "empty_cache() is not the fix" in found[0].message
 
 
-def test_growth_needs_every_step_to_grow() -> None:
+def test_growth_needs_memory_that_never_falls_and_grows_at_half_the_steps() -> None:
     real = _memory(MEMUSAGE)["0"].step_end_bytes  # 7 real step ends, all equal
     assert M.growth(real) is None
     rising = [b + i * 2_000_000 for i, b in enumerate(real)]  # HAND-MADE shift: +2 MB a step
     assert M.growth(rising) == 2_000_000
-    rising[3] = rising[2]  # one step that did not grow
+    rising[3] = rising[2]  # one step that did not grow: the caching allocator grows in blocks
+    assert M.growth(rising) == 2_000_000
+    stairs = [b + (i // 2) * 4_000_000 for i, b in enumerate(real)]  # +4 MB every other step: 3 of 6 grow
+    assert M.growth(stairs) == pytest.approx(2_000_000)
+    rising[5] = rising[4] - 1  # a step whose end is below the one before: not a leak
     assert M.growth(rising) is None
+    once = [b + (4_000_000 if i == 6 else 0) for i, b in enumerate(real)]  # grows once in 6
+    assert M.growth(once) is None
 
 
 def test_fragmentation_is_reserved_minus_allocated_at_the_peak_and_its_threshold_overridable() -> None:

@@ -367,7 +367,8 @@ def test_table_fits_100_columns_and_markdown_is_markdown() -> None:
     assert table.exit_code == 0
     lines = table.output.splitlines()
     assert max(map(len, lines)) <= 100 and len(lines) < 80
-    assert any(line.startswith("LOW HOST_DEVICE_COPIES: HtoD+DtoH copies take") for line in lines)
+    # the step replayed without the copies (and the CPU work that made what they carry) is far shorter
+    assert any(line.startswith("HIGH HOST_DEVICE_COPIES: HtoD+DtoH copies take") for line in lines)
     assert any(
         line.startswith("LOW PAGEABLE_COPIES: 3 HtoD copies per step (16.8 MB) from pageable memory") for line in lines
     )

@@ -124,3 +124,17 @@ def test_summary_and_whatif_break_the_step_down_alike(rel: str) -> None:
         assert s["parts"][part] == w.parts[part], part
     for part, ns in s["parts"].items():
         assert abs(ns - w.parts[part]) <= 0.01 * s["step_ns"], part
+
+
+def test_a_findings_saving_is_the_replayed_fix_and_lands_on_the_real_run() -> None:
+    """HOST_DEVICE_COPIES on the pageable-copy program: its saving is the step replayed without the
+    copies, and the real run with the copies pinned and asynchronous gained about as much."""
+    before = _path("planted/h200/pytorch/pageable.json", True)
+    after = as_dict(summarize(load(_path("planted/h200/pytorch/pageable.fixed.json", True), columns=INPUT_COLUMNS)))
+    d = as_dict(summarize(load(before, columns=INPUT_COLUMNS)))
+    (f,) = [f for f in d["findings"] if f["code"] == "HOST_DEVICE_COPIES"]
+    predicted = _run(before, ["copies:HtoD", "copies:DtoH"])
+    assert f["saving_ns"] == predicted.step_ns - predicted.predicted_step_ns
+    assert "the step replayed without them" in f["message"]
+    real = d["steps"]["median_ns"] - after["steps"]["median_ns"]
+    assert abs(f["saving_ns"] - real) <= max(0.03 * after["steps"]["median_ns"], 0.25 * real)

@@ -37,7 +37,7 @@ INPUT_COLUMNS = (
     "launch_end_ns",
     *("queue_ns", "op_event_id", "op_name", "occupancy_pct", "bytes", "copy_kind", "src_kind", "dst_kind"),
     *("sync_type", "total_allocated_bytes", "total_reserved_bytes", "args"),
-    *("est_occupancy_pct", "theoretical_occupancy_pct", "occupancy_limiter", "value", "unit"),
+    *("est_occupancy_pct", "theoretical_occupancy_pct", "occupancy_limiter", "value", "unit", "graph_id"),
 )
 # The host ranges, as a query over ``events``.
 HOST_RANGES = (

@@ -106,6 +106,7 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
     doc.table([asdict(n) for n in r.nvtx[:short]], RANGE_COLS)
     doc.heading("Top kernels by execution time (queue: launch call's end to kernel start)")
     doc.table([{**asdict(k), "label": kernel_label(k.name)} for k in r.top_kernels[:short]], KERNEL_COLS)
+    _graphs(doc, r)
     _compiled(doc, r)
     doc.heading("Copies")
     doc.table(copy_rows(r.memcpy), COPY_COLS)
@@ -138,6 +139,42 @@ def _compiled(doc: Doc, r: SummaryReport) -> None:
     if c.fused:
         doc.heading("Operations fused by Triton kernels (a kernel fusing several counts in each)")
         doc.table([asdict(x) for x in c.fused[:short]], FUSED_COLS)
+
+
+GRAPH_COLS = [
+    Col("Launches", "launches", "int"),
+    Col("Nodes", "nodes"),
+    Col("GPU µs/replay", "gpu_ns_per_replay", "us"),
+    Col("GPU ms", "gpu_ns", "ms"),
+    Col("Launched in", "launched_from", shrink=True, drop=1),
+    Col("Graph: its work by the operators that captured it, else its longest nodes", "work", shrink=True),
+]
+
+
+def _graphs(doc: Doc, r: SummaryReport) -> None:
+    """The CUDA graphs replayed: per graph its launches and work, and who captured it."""
+    g = r.graphs
+    if g is None:
+        return
+    share = g.attributed_gpu_ns * 100.0 / g.replayed_gpu_ns if g.replayed_gpu_ns else 0.0
+    doc.heading(f"CUDA graphs replayed ({ms(g.replayed_gpu_ns)} of GPU time; {share:.0f}% of it by capturing operator)")
+    rows = []
+    for x in g.graphs:
+        if x.captured_by:
+            work = "; ".join(f"{c.name} x{c.kernels} {us(c.ns_per_replay)}" for c in x.captured_by)
+        else:
+            work = "; ".join(f"{kernel_label(n.name)} {us(n.ns_per_replay)}" for n in x.longest)
+        work = work or f"launched in {x.launched_from or 'no operator or range'}"
+        nodes = "whole" if x.rows_per_replay is None else str(x.rows_per_replay)
+        rows.append({**asdict(x), "nodes": nodes, "launched_from": x.launched_from or "", "work": f"{x.name}: {work}"})
+    doc.table(rows, GRAPH_COLS)
+    if g.whole:
+        doc.line("Graphs traced whole: their nodes are not known (nsys profile --cuda-graph-trace=node)")
+    elif not g.attributed_gpu_ns:
+        doc.line(
+            "The graphs were captured before the profile: their kernels count under the operator or range "
+            "around the launch (capture inside the profile to see the operators that made them)"
+        )
 
 
 def _scope_words(scope: str, steps: StepFigures | None) -> str:

@@ -30,6 +30,8 @@ from traceconv.analyses import memory as M
 from traceconv.analyses import metrics as U
 from traceconv.analyses import ranks as R
 from traceconv.analyses.finding import Finding, ordered
+from traceconv.analyses.graphs import Graphs
+from traceconv.analyses.graphs import graphs as graphs_of
 from traceconv.analyses.prepare import Facts, as_source, prepare
 from traceconv.analyses.ranks.model import RankRow
 from traceconv.analyses.results import (
@@ -56,6 +58,7 @@ from traceconv.analyses.summary.findings import evaluate, memory_findings
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.summary.path import of_scope
 from traceconv.analyses.summary.recompiles import recompiles
+from traceconv.analyses.summary.replayed import with_replayed_savings
 from traceconv.analyses.summary.scopes import step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 from traceconv.errors import UsageError
@@ -80,6 +83,7 @@ class Summary:
     lived: Steps | None = None  # the steps, as the program lived them
     lacks: list[Lack] = field(default_factory=list)  # what the profile does not hold
     critical_path: CriticalPath | None = None  # each step's time by what it waited for (steps only)
+    graphs: Graphs | None = None  # the CUDA graphs replayed (None: none)
     compiled: C.Compiled | None = None  # a compiled program's regions, fused operations and compilations
 
     @property
@@ -132,9 +136,12 @@ def summarize(
     memory = M.memory(source, facts.steps, top, facts.window[0])
     utilisation = utilisation_of(source, steps)
     made = C.compiled(source)
-    found = evaluate(focus, thresholds, facts.program, utilisation) + memory_findings(memory, thresholds, facts.program)
+    found, replay_notes = with_replayed_savings(
+        source, facts, evaluate(focus, thresholds, facts.program, utilisation), step_pattern
+    )
+    found += memory_findings(memory, thresholds, facts.program)
     found += [f for f in (recompiles(focus, made, thresholds, facts.program),) if f is not None]
-    notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds)
+    notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds) + replay_notes
     return Summary(
         source=facts.source,
         window=window,
@@ -150,6 +157,7 @@ def summarize(
         lived=facts.steps,
         lacks=lacks(source, facts),
         critical_path=of_scope(steps),
+        graphs=graphs_of(source),
         compiled=made,
     )
 
@@ -238,6 +246,7 @@ class SummaryReport:
     idle_gaps: IdleGaps  # the focus scope's idle gaps by cause: what each fix would win, at most
     lacks: list[Lack]  # what the profile does not hold, what that hides, how to record it
     critical_path: CriticalPath | None  # the steps' time by what they waited for (null without steps)
+    graphs: Graphs | None  # the CUDA graphs replayed (null: none)
     compiled: C.Compiled | None = None  # regions and fused operations cut to ``top`` (null: nothing compiled)
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
@@ -268,6 +277,7 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         idle_gaps=s.focus.gaps,
         lacks=s.lacks,
         critical_path=s.critical_path,
+        graphs=s.graphs,
         compiled=_cut(s.compiled, top),
     )
 

@@ -69,12 +69,19 @@ def fix(code: str, program: Program) -> str:
     return _FIXES[code][program.framework if program.framework in _FIXES[code] else "cuda"]
 
 
-def idle_fix(cause: str, program: Program) -> str:
+def idle_fix(cause: str, program: Program, busiest: str | None = None) -> str:
     """The fix for a GPU that waits for its host, by what the host mostly did meanwhile: ``launch``
     (short gaps: operator dispatch and kernel launches), ``cuda_calls`` (long CUDA calls: set-up),
     ``outside_ops`` (its own work outside any operator: a data pipeline, Python between steps) or
-    ``cpu_ops`` (CPU-side operators)."""
+    ``cpu_ops`` (CPU-side operators); ``busiest``: the operator or range the host spent most of
+    those gaps in (an optimizer's step has a fix of its own)."""
     torch = program.framework == "pytorch"
+    if torch and cause == "cpu_ops" and busiest and busiest.startswith("Optimizer."):
+        return (
+            f"the optimizer's step ({busiest}) is the host's largest cost: a fused optimizer runs it in a few "
+            "kernels (torch.optim.AdamW(..., fused=True)), or compile it with the step (torch.compile); "
+            "what remains: run the other CPU operators named above on the GPU, or off the step"
+        )
     if cause == "launch":
         if program.cuda_graphs:
             return "fuse the work that is still launched kernel by kernel" + (

@@ -241,7 +241,7 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
     msg = (
         f"GPU idle {idle:.0f}% of the time {_where(stats)} (busy {ms(busy)} of {ms(window)}); it waits "
         f"{ms(saving)} a step for the host: {doing}; {_wins(per, saving)}. "
-        f"Fix: {idle_fix(_dominant(gaps, launch), program)}"
+        f"Fix: {idle_fix(_dominant(gaps, launch), program, gaps.host_activity[0].name if gaps.host_activity else None)}"
     )
     return _timed("GPU_IDLE", value, t.GPU_IDLE, msg, per, saving)
 
@@ -395,7 +395,7 @@ def memory_growth(dev: str, m: MemoryPeak, t: Thresholds, program: Program) -> F
         return None
     ends = m.step_end_bytes
     msg = (
-        f"GPU {dev}: allocated memory at the end of each step grows at every one of {len(ends)} steps, "
+        f"GPU {dev}: allocated memory at the end of each step never falls and grows over {len(ends)} steps, "
         f"{mb(per_step)} a step ({mb(ends[0])} -> {mb(ends[-1])}): something keeps tensors across steps, a leak. "
         f"Fix: {fix('MEMORY_GROWTH', program)}"
     )

@@ -58,8 +58,9 @@ class Model:
     base: Timeline
 
 
-def model(source: Source, step_pattern: str = STEP_PATTERN) -> Model:
-    facts = prepare(source, step_pattern)
+def model(source: Source, step_pattern: str = STEP_PATTERN, facts: Facts | None = None) -> Model:
+    """The steps' graph and its replay without a change (``facts``: :func:`prepare`'s, if made)."""
+    facts = facts if facts is not None else prepare(source, step_pattern)
     if facts.steps is None:
         raise UsageError(
             None, "the input marks no steps: a what-if predicts a step", "mark steps, or name them with --steps REGEX"
