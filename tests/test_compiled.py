@@ -289,3 +289,12 @@ def test_diff_finds_recompiles_where_the_after_run_recompiles() -> None:
     d = _diff("tx_recompile.fixed.json", "tx_recompile.json")
     assert "RECOMPILES" in {f.code for f in d.after.findings}
     assert "RECOMPILES" not in {f.code for f in d.before.findings}
+
+
+def test_an_nsys_export_shows_the_fused_operations_and_says_it_has_no_regions() -> None:
+    result = CliRunner().invoke(main, ["summary", str(_path("tx_compile.sqlite"))], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    text = result.output.split("Compiled program")[1]
+    assert "no compiled region's range in the profile" in " ".join(text.split())
+    assert "compilations" not in text.split("Copies")[0]  # no Dynamo ranges: nothing said
+    assert "native_layer_norm_backward" in text.split("Copies")[0]

@@ -123,10 +123,13 @@ def _compiled(doc: Doc, r: SummaryReport) -> None:
         return
     share = c.in_regions_ns * 100.0 / c.gpu_ns if c.gpu_ns else 0.0
     doc.heading("Compiled program (torch.compile; GPU time of the kernels launched inside each region)")
-    doc.line(
-        f"{ms(c.in_regions_ns)} of {ms(c.gpu_ns)} kernel time ({share:.0f}%) launched inside compiled regions; "
-        f"Triton kernels {ms(c.triton_ns)} in {c.triton_launches:,} launches"
+    inside = (
+        f"{ms(c.in_regions_ns)} of {ms(c.gpu_ns)} kernel time ({share:.0f}%) launched inside compiled regions"
+        if c.regions
+        else f"no compiled region's range in the profile (Nsight Systems has them only where PyTorch emits NVTX); "
+        f"{ms(c.gpu_ns)} of kernel time"
     )
+    doc.line(f"{inside}; Triton kernels {ms(c.triton_ns)} in {c.triton_launches:,} launches")
     if c.compiles:
         made = [x.region.removeprefix("Torch-Compiled Region: ") for x in c.compiles if x.region]
         doc.line(
