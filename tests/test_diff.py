@@ -118,7 +118,7 @@ def test_cli_json_has_before_after_delta_and_table_fits_100_columns() -> None:
     )
     assert out.exit_code == 0, out.output
     d = json.loads(out.output)
-    assert set(d) == {"scope", "note", "before", "after", "delta", "notes"}
+    assert set(d) == {"scope", "note", "before", "after", "delta", "notes", "families"}
     assert len(d["before"]["top_ops"]) == 3 and len(d["delta"]["top_kernels"]) == 3
     # each side's critical path: the median step by what it waited for, its parts summing to it; the fix
     # took the host's work (the weights built on the CPU) off the path

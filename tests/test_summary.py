@@ -385,7 +385,7 @@ def test_help_lists_every_finding_code() -> None:
     from traceconv.analyses.summary.findings import CODES
 
     text = " ".join(CliRunner().invoke(main, ["summary", "--help"]).output.split())
-    assert "Findings (" + ", ".join(CODES) + ") are measured" in text and len(CODES) == 11
+    assert "Findings (" + ", ".join(CODES) + ") are measured" in text and len(CODES) == 12
     assert "QUEUE_WAIT" not in CODES  # a note (the host is ahead), not a finding
 
 

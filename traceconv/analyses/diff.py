@@ -15,7 +15,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import compiled as C
 from traceconv.analyses import ranks as R
+from traceconv.analyses.compiled.families import FamilyChange, kernels_by_family, line_up
 from traceconv.analyses.finding import Finding, ordered
 from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import as_source, prepare
@@ -44,6 +46,7 @@ from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, utilisation_of
 from traceconv.analyses.summary.findings import evaluate
 from traceconv.analyses.summary.measure import ScopeStats, measure
 from traceconv.analyses.summary.path import of_scope
+from traceconv.analyses.summary.recompiles import recompiles
 from traceconv.analyses.summary.scopes import Scope, step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
 
@@ -71,6 +74,7 @@ class Diff:
     after: Side
     notes: list[str]  # about either run: warm-up left out, different sources, ...
     ranks: list[RankChange] | None = None  # two multi-rank runs, rank by rank
+    families: list[FamilyChange] = field(default_factory=list)  # what a compiler fused (a side has Inductor kernels)
 
 
 def diff(
@@ -98,6 +102,7 @@ def diff(
         stats = measure(source, f, [scope], thresholds)[0][0]
         u = utilisation_of(source, stats if scope.name == "steps" else None)
         found = evaluate(stats, thresholds, f.program, u)
+        found += [x for x in (recompiles(stats, C.compiled(source), thresholds, f.program),) if x is not None]
         sides.append(Side(stats, ordered(found + pr.findings) if pr is not None else found, u))
     notes = [
         f"{side}: {n}"
@@ -114,7 +119,16 @@ def diff(
     if per_rank[0] is not None and per_rank[1] is not None:
         ranks, pairing = compare(per_rank[0], per_rank[1])
         notes += pairing
-    return Diff("steps" if note is None else "window", note, sides[0], sides[1], notes, ranks)
+    fams = fused_families(sources, [s.stats.scope for s in sides])
+    return Diff("steps" if note is None else "window", note, sides[0], sides[1], notes, ranks, fams)
+
+
+def fused_families(sources: list[Source], scopes: list[Scope]) -> list[FamilyChange]:
+    """Both runs' kernels by operator family, where either has Inductor kernels (else nothing to line up)."""
+    tables = [kernels_by_family(src, sc.start_ns, sc.end_ns) for src, sc in zip(sources, scopes, strict=True)]
+    if not any(t["fused"].any() for t in tables if not t.empty):
+        return []
+    return line_up(tables[0], tables[1], (scopes[0].steps, scopes[1].steps))
 
 
 @dataclass(frozen=True)
@@ -159,12 +173,14 @@ class DiffReport:
     after: SideReport
     delta: DeltaReport
     notes: list[str]
+    families: list[FamilyChange]  # per operator family, what a compiler fused (empty: neither run is compiled)
     ranks: list[RankChange] | None = None  # two multi-rank runs, rank by rank (not in the JSON otherwise)
 
 
 def report(d: Diff, top: int = DEFAULT_TOP) -> DiffReport:
     b, a = side_report(d.before, top), side_report(d.after, top)
-    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top), d.notes, d.ranks)
+    fams = d.families[:top] if top else d.families
+    return DiffReport(d.scope, d.note, b, a, delta(d, b, a, top), d.notes, fams, d.ranks)
 
 
 def as_dict(d: Diff, top: int = DEFAULT_TOP) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from traceconv.analyses import metrics as U
 from traceconv.analyses.common import Data
+from traceconv.analyses.compiled.names import fused_ops
 from traceconv.analyses.roofline.results import KernelRoof
 from traceconv.analyses.source import Source, literals
 from traceconv.errors import UsageError
@@ -275,7 +276,7 @@ def report(
     keys = GROUPINGS[by] if by in GROUPINGS else tuple(_keys(by))
     result = _summary(source, _launches_sql(kinds, ordered=False, pid="pid" in keys), list(keys))
     if keys == ("name",):
-        result = with_sm_activity(source, result)
+        result = with_fused(with_sm_activity(source, result))
     return KernelReport(result.head(limit) if limit else result, totals(result), tuple(kinds), by, keys)
 
 
@@ -309,6 +310,16 @@ def with_sm_activity(source: Source, table: pd.DataFrame) -> pd.DataFrame:
     for col in U.PER_NAME:
         out[col] = names.map(at[col]).astype("float64").to_numpy()
     out["metric_samples"] = names.map(at["metric_samples"]).fillna(0).astype("int64").to_numpy()
+    return out
+
+
+def with_fused(table: pd.DataFrame) -> pd.DataFrame:
+    """A per-name summary with ``fuses``: the aten operations an Inductor kernel's name says it fuses
+    (comma-separated, :func:`traceconv.analyses.compiled.names.fused_ops`), where any kernel is one."""
+    ops = table["name"].astype("string").map(lambda n: ", ".join(fused_ops(str(n))) if isinstance(n, str) else "")
+    if not ops.astype(bool).any():
+        return table
+    out: pd.DataFrame = table.assign(fuses=ops.where(ops.astype(bool), None).astype("string"))
     return out
 
 

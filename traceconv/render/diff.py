@@ -37,6 +37,15 @@ DELTA_KERNEL_COLS = [
     Col("Status", "status"),
     Col("Kernel", "name", shrink=True),
 ]
+FAMILY_COLS = [
+    Col("Before ms", "before_ns", "ms"),
+    Col("Launches", "before_launches", "pct", drop=2),
+    Col("After ms", "after_ns", "ms"),
+    Col("Launches", "after_launches", "pct", drop=2),
+    Col("Fused ms", "after_fused_ns", "ms", drop=1),
+    Col("Family", "family"),
+    Col("Fused with", "with", shrink=True, null=""),
+]
 DELTA_COPY_COLS = [
     Col("Dir", "dir"),
     Col("Count before", "b_count", "pct"),
@@ -97,6 +106,7 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
     doc.table([{**asdict(o), "kind": w, "label": o.label} for w, _, _, dd in kinds for o in dd.ops], DELTA_SYNC_COLS)
     doc.heading(f"Operators per {unit}, biggest change first")
     doc.table([_flat(o, "gpu_self_ns", "calls", "gpu", "calls") for o in delta.top_ops], DELTA_OP_COLS)
+    _families(doc, d, unit)
     doc.heading(f"Kernels per {unit}, biggest change first")
     short = None if doc.markdown else SHORT_LISTS
     doc.table(
@@ -107,6 +117,18 @@ def diff_text(d: DiffReport, fmt: str, before: str, after: str, width: int = TAB
         DELTA_KERNEL_COLS,
     )
     return doc.text()
+
+
+def _families(doc: Doc, d: DiffReport, unit: str) -> None:
+    """What a compiler fused: per operator family, the kernels doing its work before and after."""
+    if not d.families:
+        return
+    doc.heading(
+        f"Operator families per {unit}: GPU time of the kernels doing each family's work (a fused Triton "
+        "kernel counts in every family it fuses; fused ms: in such kernels)"
+    )
+    rows = [{**asdict(f), "with": ", ".join(f.fused_with)} for f in d.families[: None if doc.markdown else 12]]
+    doc.table(rows, FAMILY_COLS)
 
 
 # GPU metrics shown in a diff, as (label, key).

@@ -124,6 +124,8 @@ def kernels_text(r: KernelReport, fmt: str, trace: Path, width: int) -> tuple[st
         if "engine" in shown.columns:  # the roofline: matrix kernels' engine, achieved TFLOP/s, % of the roof
             at = len(cols) - len(r.keys)
             cols[at:at] = [c for c in ROOF_COLS if shown[c.source].notna().any()]
+        if "fuses" in shown.columns:  # Inductor's kernels: the operations their names say they fuse
+            cols.append(Col("Fuses (Triton)", "fuses", shrink=True, null=""))  # always: what the names hide
         text = text_table(shown, cols, width, name_width(width))
     lines = [wrapped for line in footer(r).splitlines() for wrapped in textwrap.wrap(line, width)]
     return text + "\n" + "\n".join(lines) + "\n", None

@@ -60,6 +60,20 @@ KERNEL_COLS = [
     Col("Occ %", "occupancy_pct", "pct", drop=2),
     Col("Kernel", "label", shrink=True),
 ]
+REGION_COLS = [
+    Col("GPU ms", "gpu_ns", "ms"),
+    Col("Triton ms", "triton_ns", "ms"),
+    Col("Kernels", "kernels", "int"),
+    Col("Calls", "calls", "int"),
+    Col("Host ms", "host_ns", "ms", drop=1),
+    Col("Compiled region", "name", shrink=True),
+]
+FUSED_COLS = [
+    Col("GPU ms", "gpu_ns", "ms"),
+    Col("Launches", "launches", "int"),
+    Col("Kernels", "kernels", "int"),
+    Col("Operation", "op", shrink=True),
+]
 COPY_COLS = [
     Col("Dir", "dir"),
     Col("Count", "count", "int"),
@@ -94,12 +108,41 @@ def summary_text(r: SummaryReport, fmt: str, title: str, width: int = TABLE_WIDT
     doc.heading("Top kernels by execution time (queue: launch call's end to kernel start)")
     doc.table([{**asdict(k), "label": kernel_label(k.name)} for k in r.top_kernels[:short]], KERNEL_COLS)
     _graphs(doc, r)
+    _compiled(doc, r)
     doc.heading("Copies")
     doc.table(copy_rows(r.memcpy), COPY_COLS)
     _syncs(doc, r)
     memory_section(doc, r.memory)
     _gpu_metrics(doc, r)
     return doc.text()
+
+
+def _compiled(doc: Doc, r: SummaryReport) -> None:
+    """torch.compile's regions, what its Triton kernels fuse, and its compilations (nothing without them)."""
+    c = r.compiled
+    if c is None:
+        return
+    share = c.in_regions_ns * 100.0 / c.gpu_ns if c.gpu_ns else 0.0
+    doc.heading("Compiled program (torch.compile; GPU time of the kernels launched inside each region)")
+    inside = (
+        f"{ms(c.in_regions_ns)} of {ms(c.gpu_ns)} kernel time ({share:.0f}%) launched inside compiled regions"
+        if c.regions
+        else f"no compiled region's range in the profile (Nsight Systems has them only where PyTorch emits NVTX); "
+        f"{ms(c.gpu_ns)} of kernel time"
+    )
+    doc.line(f"{inside}; Triton kernels {ms(c.triton_ns)} in {c.triton_launches:,} launches")
+    if c.compiles:
+        made = [x.region.removeprefix("Torch-Compiled Region: ") for x in c.compiles if x.region]
+        doc.line(
+            f"{len(c.compiles)} compilations (Dynamo), {ms(c.compile_ns)} of host time"
+            + (f"; regions they made: {', '.join(made[:8])}{' ...' if len(made) > 8 else ''}" if made else "")
+        )
+    short = None if doc.markdown else SHORT_LISTS
+    if c.regions:
+        doc.table([asdict(x) for x in c.regions[:short]], REGION_COLS)
+    if c.fused:
+        doc.heading("Operations fused by Triton kernels (a kernel fusing several counts in each)")
+        doc.table([asdict(x) for x in c.fused[:short]], FUSED_COLS)
 
 
 GRAPH_COLS = [

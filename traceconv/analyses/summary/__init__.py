@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import compiled as C
 from traceconv.analyses import memory as M
 from traceconv.analyses import metrics as U
 from traceconv.analyses import ranks as R
@@ -59,6 +60,7 @@ from traceconv.analyses.summary.coverage import lacks
 from traceconv.analyses.summary.findings import evaluate, memory_findings
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.summary.path import of_scope
+from traceconv.analyses.summary.recompiles import recompiles
 from traceconv.analyses.summary.replayed import with_replayed_savings
 from traceconv.analyses.summary.scopes import step_scope, window_scope
 from traceconv.analyses.thresholds import DEFAULTS, Thresholds
@@ -86,6 +88,7 @@ class Summary:
     critical_path: CriticalPath | None = None  # each step's time by what it waited for (steps only)
     graphs: Graphs | None = None  # the CUDA graphs replayed (None: none)
     roofline: RF.Roofline | None = None  # the focus scope's matrix work against the GPU's peaks
+    compiled: C.Compiled | None = None  # a compiled program's regions, fused operations and compilations
 
     @property
     def focus(self) -> ScopeStats:
@@ -139,10 +142,12 @@ def summarize(
     memory = M.memory(source, facts.steps, top, facts.window[0])
     utilisation = utilisation_of(source, steps)
     roof = RF.roofline(source, roofline_windows(focus, facts), peaks)
+    made = C.compiled(source)
     found, replay_notes = with_replayed_savings(
         source, facts, evaluate(focus, thresholds, facts.program, utilisation, roof), step_pattern
     )
     found += memory_findings(memory, thresholds, facts.program)
+    found += [f for f in (recompiles(focus, made, thresholds, facts.program),) if f is not None]
     notes = facts_notes(source, facts, step_pattern) + _queue_note(focus, facts, thresholds) + replay_notes
     return Summary(
         source=facts.source,
@@ -161,6 +166,7 @@ def summarize(
         critical_path=of_scope(steps),
         graphs=graphs_of(source),
         roofline=roof,
+        compiled=made,
     )
 
 
@@ -261,6 +267,7 @@ class SummaryReport:
     critical_path: CriticalPath | None  # the steps' time by what they waited for (null without steps)
     graphs: Graphs | None  # the CUDA graphs replayed (null: none)
     roofline: RF.Roofline | None  # the matrix work against the GPU's peaks: tensor cores, FLOP/s, MFU
+    compiled: C.Compiled | None = None  # regions and fused operations cut to ``top`` (null: nothing compiled)
     ranks: list[RankRow] | None = None  # a multi-rank input's ranks (not in the JSON of one rank)
 
 
@@ -292,7 +299,14 @@ def report(s: Summary, top: int = DEFAULT_TOP) -> SummaryReport:
         critical_path=s.critical_path,
         graphs=s.graphs,
         roofline=RF.cut(s.roofline, top) if s.roofline is not None else None,
+        compiled=_cut(s.compiled, top),
     )
+
+
+def _cut(made: C.Compiled | None, top: int) -> C.Compiled | None:
+    if made is None or not top:
+        return made
+    return dataclasses.replace(made, regions=made.regions[:top], fused=made.fused[:top])
 
 
 def as_dict(s: Summary, top: int = DEFAULT_TOP) -> dict[str, Any]:

@@ -55,6 +55,13 @@ _FIXES: dict[str, dict[str, str]] = {
         "pytorch": "the findings above first; then larger matrices a launch, bf16, fused kernels (torch.compile)",
         "cuda": "the findings above first; then larger GEMMs, 16-bit types on the tensor cores, fused kernels",
     },
+    "RECOMPILES": {
+        "pytorch": "see which guard fails with TORCH_LOGS=recompiles (usually a shape that changes from step to "
+        "step); mark that dimension dynamic (torch.compile(dynamic=True), or torch._dynamo.mark_dynamic(x, dim) "
+        "before the call), or pad the inputs to one or a few fixed shapes so that the compiled graphs are reused",
+        "cuda": "compile once, before the steps: keep the inputs' shapes fixed (pad them to a few sizes) so that "
+        "the compiled code is reused",
+    },
     # -- memory --
     "MEMORY_GROWTH": {
         "pytorch": "find what keeps tensors from one step to the next: a list or dict of outputs, losses logged "

@@ -51,6 +51,7 @@ CODES = (
     "LOW_SM_ACTIVITY",
     "NO_TENSOR_CORES",
     "LOW_MFU",
+    "RECOMPILES",  # traceconv.analyses.summary.recompiles
     # memory (memory_findings)
     "MEMORY_GROWTH",
     "FRAGMENTATION",
