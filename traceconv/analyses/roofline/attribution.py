@@ -87,9 +87,10 @@ def kernels(frame: pd.DataFrame, tensor_active: Mapping[str, float] | None = Non
     ops = frame["op"].astype("category")
     labels = np.array([op_label(str(c)) for c in ops.cat.categories] + [None], dtype=object)
     out["op"] = pd.Categorical(labels[ops.cat.codes.to_numpy()])  # nsys: many ranges' texts, one operator
-    for col in ("rule", "engine", "dtype", "matrix"):
-        out[col] = np.array([getattr(e, col) for e in engines] + [None], dtype=object)[codes]
-    out["matrix"] = out["matrix"].astype(bool)
+    for col in ("rule", "engine"):  # per name, as categories (a code a kernel, not an object)
+        out[col] = _per_name([getattr(e, col) for e in engines], codes)
+    out["dtype"] = np.array([e.dtype for e in engines] + [None], dtype=object)[codes]
+    out["matrix"] = np.array([bool(e.matrix) for e in engines] + [False], dtype=bool)[codes]
     return _with_work(out, frame)
 
 
@@ -123,6 +124,12 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     out["op_dtype"] = op_dtype
     out["known"] = flops[at] > 0
     return out
+
+
+def _per_name(values: list[str | None], codes: np.ndarray) -> pd.Categorical:
+    """A value per kernel name, spread to the kernels by their name's code (-1: none)."""
+    per = pd.Categorical([*values, None])
+    return pd.Categorical.from_codes(per.codes[codes], categories=per.categories)
 
 
 def _text(value: object) -> str | None:
