@@ -422,3 +422,18 @@ def test_a_gpu_without_tf32_is_told_to_use_autocast() -> None:
     assert d["roofline"]["device"]["model"] == "V100 SXM2"
     assert "torch.autocast" in found["message"] and "set_float32_matmul_precision" not in found["message"]
     assert "FP16 runs 125.0 TFLOP/s to fp32's 15.7" in found["message"]
+
+
+@pytest.mark.parametrize("rel", ["nsys/h200/buggy.sqlite", "nsys/h200/graph_whole.sqlite"])
+def test_kernels_read_by_group_give_the_roofline_of_every_kernel(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no operator's work is counted the roofline reads a row per kernel name, GPU and inside-or-outside
+    the steps; it must equal the roofline of every kernel read one by one (the steps' and the whole trace's)."""
+    from traceconv.analyses.roofline import attribution as A
+
+    table = load(fixture(rel))
+    grouped = summarize(table)
+    from traceconv.analyses.prepare import as_source
+
+    assert not A.has_work(as_source(table)), "the test needs a trace whose operators' work is not counted"
+    monkeypatch.setattr(A, "has_work", lambda source: True)
+    assert summarize(table).roofline == grouped.roofline

@@ -59,7 +59,12 @@ def roofline(
     """The roofline of ``windows``' kernels (None: every kernel, over the span of their work); ``top``
     operator and kernel rows (0: all)."""
     active = _tensor_active(source)
-    every = A.kernels(A.read(source), active)
+    # no operator's work to share out: a row per kernel name, GPU and window is enough
+    if A.has_work(source):
+        every = A.kernels(A.read(source), active)
+    else:
+        bounds = (windows.host_start_ns, windows.host_end_ns) if windows is not None else None
+        every = A.kernels(A.read_grouped(source, bounds), active)
     dev = device(source.trace_metadata(), _per_device(every), overrides or {})
     if windows is None:
         windows = _whole(every)
@@ -109,7 +114,7 @@ def op_roofs(source: Source, overrides: Mapping[str, float | str] | None = None)
 def kernel_roofs(source: Source, overrides: Mapping[str, float | str] | None = None) -> list[KernelRoof]:
     """Every kernel name of the input with its engine and place on the roofline (``traceconv kernels``)."""
     active = _tensor_active(source)
-    every = A.kernels(A.read(source), active)
+    every = A.kernels(A.read(source) if A.has_work(source) else A.read_grouped(source), active)
     dev = device(source.trace_metadata(), _per_device(every), overrides or {})
     return TB.kernel_rows(every, dev.peaks, active)
 
@@ -131,14 +136,16 @@ def _whole(k: pd.DataFrame) -> Windows:
     """Without steps: one window, every kernel in it, as long as the GPUs' span of kernel work."""
     if not len(k):
         return Windows("window", np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64))
-    lo, hi = int(k["anchor_ns"].min()), int(k["anchor_ns"].max())
+    last = k["last_anchor_ns"] if "last_anchor_ns" in k.columns else k["anchor_ns"]
+    lo, hi = int(k["anchor_ns"].min()), int(last.max())
     return Windows("window", np.array([lo]), np.array([hi]), np.array([_span(k)]))
 
 
 def _span(k: pd.DataFrame) -> int:
     """The longest span of one GPU's kernel work, from the start of its first kernel to the end of its last."""
     gpu = [k["trace_id"], k["device"]]
-    ends = (k["start_ns"] + k["dur_ns"]).groupby(gpu, observed=True).max()
+    end = k["end_ns"] if "end_ns" in k.columns else k["start_ns"] + k["dur_ns"]
+    ends = end.groupby(gpu, observed=True).max()
     spans = ends - k["start_ns"].groupby(gpu, observed=True).min()
     return int(spans.max()) if len(spans) else 0
 

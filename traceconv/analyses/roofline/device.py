@@ -12,6 +12,7 @@ given, and a note that says how to give them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,12 +86,20 @@ def _gpu(row: Mapping[str, Any], cuda_id: Any, sms: str, memory: str, old_sms: s
 
 def pick(found: Sequence[Gpu], kernel_ns: Mapping[int, int]) -> Gpu | None:
     """The GPU that ran the most kernel time (``kernel_ns``: per CUDA device id); the first one described
-    where the kernels' devices name none of them."""
+    where the kernels' devices name none of them. Inputs of several traces may describe one CUDA id as
+    different GPUs: the description most of them give is the one taken, whatever their order."""
     if not found:
         return None
-    by_id = {g.cuda_id: g for g in found if g.cuda_id is not None}
+    by_id: dict[int, list[Gpu]] = {}
+    for g in found:
+        if g.cuda_id is not None:
+            by_id.setdefault(g.cuda_id, []).append(g)
     busiest = sorted(((ns, d) for d, ns in kernel_ns.items() if d in by_id), reverse=True)
-    return by_id[busiest[0][1]] if busiest else found[0]
+    if not busiest:
+        return found[0]
+    described = by_id[busiest[0][1]]
+    votes = Counter(described)
+    return max(votes, key=lambda g: (votes[g], str(g.name), g.sms or 0, g.memory_bytes or 0))
 
 
 def device(

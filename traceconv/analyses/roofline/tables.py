@@ -108,7 +108,7 @@ def kernel_rows(
         out.append(
             KernelRoof(
                 name=str(name),
-                count=len(g),
+                count=int(g["calls"].sum()) if "calls" in g.columns else len(g),
                 dur_ns=ns,
                 rule=str(first["rule"]),
                 engine=engine,
