@@ -8,7 +8,7 @@ DEPS := $(shell { awk '/^\[/ { tool = ($$0 ~ /^\[+tool\.(pytest|ruff|mypy)/) } !
 	grep 'pip install' Makefile; } | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(DEPS)
 DEVSTAMP := $(VENV)/.installed-dev-$(DEPS)
-# make test: every test at least once, each sweep over real files on one file of each format
+# make test: the tests but the slow ones, each sweep over real files on one file of each format
 # (tests/conftest.py); make check runs all of them, as CI does.
 FAST := not slow and not corpus and not browser and not spark and not sweep
 
@@ -35,10 +35,11 @@ demo: $(STAMP)
 
 test: $(DEVSTAMP)
 	@echo 'make test: the fast suite, pytest -m "$(FAST)":'
-	@echo '  every test at least once; each sweep over the real files on one trace and one export.'
-	@echo '  Left to make check (CI): slow (large and hostile inputs), corpus (../shared/corpus beyond'
-	@echo '  fixtures/), browser (headless Chromium), spark (a Spark session), sweep (the other files).'
-	$(BIN)/pytest -q -n 2 -m "$(FAST)"
+	@echo '  each sweep over the real files on one trace and one export. Left to make check (CI):'
+	@echo '  slow (large and hostile inputs, Dask clusters of their own), corpus (../shared/corpus beyond'
+	@echo '  fixtures/), browser (headless Chromium), spark (a Spark session), sweep (the other files);'
+	@echo '  the property tests that convert a trace per example take 10 examples, not 30.'
+	$(BIN)/pytest -q -n 2 -m "$(FAST)" --hypothesis-profile=fast
 
 test-all: $(DEVSTAMP)
 	$(BIN)/pytest -q -n 2

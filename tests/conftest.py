@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from .fixtures import CACHE, FIXTURES, PACKED, ROOT, fixture, fixture_name
 
 CORPUS = Path(os.environ.get("TRACECONV_CORPUS") or ROOT.parent / "shared" / "corpus")
+# `make test` runs with --hypothesis-profile=fast: the property tests that convert a trace per
+# example (tests/test_properties.py) take 10 examples instead of 30; `make check` runs them all.
+settings.register_profile("fast", max_examples=10)
 CORPUS_REQUIRED = os.environ.get("CI", "").lower() == "true"
 __all__ = [
     "CORPUS",
