@@ -14,15 +14,20 @@ from __future__ import annotations
 import fnmatch
 import gc
 import os
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
-from .fixtures import FIXTURES, PACKED, ROOT, fixture, fixture_name
+from .fixtures import CACHE, FIXTURES, PACKED, ROOT, fixture, fixture_name
 
 CORPUS = Path(os.environ.get("TRACECONV_CORPUS") or ROOT.parent / "shared" / "corpus")
+# `make test` runs with --hypothesis-profile=fast: the property tests that convert a trace per
+# example (tests/test_properties.py) take 10 examples instead of 30; `make check` runs them all.
+settings.register_profile("fast", max_examples=10)
 CORPUS_REQUIRED = os.environ.get("CI", "").lower() == "true"
 __all__ = [
     "CORPUS",
@@ -104,3 +109,60 @@ def _collection_as_it_was() -> Iterator[None]:
     without collection."""
     yield
     gc.enable()
+
+
+# -- make test: each sweep over real files on one file of each format ----------------------------
+# A sweep repeats one check over the real files (SWEEP_MIN of them or more). `make test` runs each
+# check on one PyTorch trace and one Nsight Systems export of its files (the project's own H200
+# pair where the sweep has them, else the smallest) and marks the others `sweep`, which `make
+# check` runs too. Whole in both: the sweeps that say every file converts, so that the fast suite
+# still converts every file the sweeps cover, and the golden pairs of key_averages(), one torch
+# feature each.
+SWEEP_MIN = 4
+SWEEP_KEEPS = ("train_buggy.pt.trace.json.gz", "buggy.sqlite")
+WHOLE_SWEEPS = frozenset(
+    {
+        "test_rows_per_kind_equal_input_events",
+        "test_every_export_converts_with_one_row_per_source_row",
+        "test_every_torch_row_is_there_with_its_numbers",
+        "test_the_table_reads_as_torch_printed_it",
+    }
+)
+_REAL_ROOTS = (FIXTURES, CACHE, CORPUS)
+
+
+def _real_file(item: pytest.Item) -> tuple[Path | None, tuple[tuple[str, str], ...]]:
+    """The real file an item of a sweep runs on (None: not a sweep's item), and its other parameters."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None, ()
+    path, others = None, []
+    for name, value in sorted(callspec.params.items()):
+        if isinstance(value, Path) and any(value.is_relative_to(r) for r in _REAL_ROOTS):
+            path = value
+        else:
+            others.append((name, repr(value)))
+    return path, tuple(others)
+
+
+def _kept_first(path: Path) -> tuple[int, int]:
+    preferred = SWEEP_KEEPS.index(path.name) if path.name in SWEEP_KEEPS else len(SWEEP_KEEPS)
+    return preferred, path.stat().st_size if path.exists() else 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sweeps: dict[tuple[Any, ...], list[tuple[Path, pytest.Item]]] = defaultdict(list)
+    for item in items:
+        path, others = _real_file(item)
+        name = getattr(item, "originalname", item.name)
+        if path is not None and name not in WHOLE_SWEEPS:
+            sweeps[(item.path, name, others)].append((path, item))
+    for members in sweeps.values():
+        if len(members) < SWEEP_MIN:
+            continue
+        kept: set[str] = set()
+        for path, item in sorted(members, key=lambda m: _kept_first(m[0])):
+            fmt = "nsys" if path.suffix == ".sqlite" else "pytorch"
+            if fmt in kept:
+                item.add_marker(pytest.mark.sweep)
+            kept.add(fmt)

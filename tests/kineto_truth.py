@@ -8,7 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-# The documented category -> kind mapping (README, "kinds"), restated here on purpose.
+# The documented category -> kind mapping (docs/schema.md, "Kinds"), restated here on purpose.
 KIND_OF_CATEGORY = {
     "kernel": "kernel",
     "gpu_memcpy": "memcpy",

@@ -37,7 +37,7 @@ def _pace(steps: list[tuple[int, int]], gpu: list[tuple[int, int, int]]) -> dict
         begin = max(first_start, min(max(before), min(own)))
     starts = [begin, *ends[:-1]]
     gaps = [b - a for a, b in zip(starts, ends, strict=True)]
-    if len(gaps) > 2 and gaps[0] > 3 * statistics.median(gaps):  # warm-up, as the README defines it
+    if len(gaps) > 2 and gaps[0] > 3 * statistics.median(gaps):  # warm-up, as docs/summary.md defines it
         gaps, starts = gaps[1:], starts[1:]
     lo, hi = starts[0], ends[-1]
     spans = sorted((max(a, lo), min(b, hi)) for _, a, b in gpu if b > lo and a < hi)

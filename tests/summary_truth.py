@@ -56,7 +56,7 @@ def sqlite_sync_kinds(path: Path) -> dict[str, list[int]]:
 
 
 def kept_steps(steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Steps in time order without the warm-up: a first step over 3x the median of all (README, summary)."""
+    """Steps in time order without the warm-up: a first step over 3x the median of all (docs/summary.md)."""
     steps = sorted(steps)
     durations = sorted(e - s for s, e in steps)
     n = len(durations)

@@ -101,6 +101,7 @@ def kinds_by_sql(out: Path) -> Counter[str]:
     return Counter({row["kind"]: row["n"] for row in json.loads(run.stdout)})
 
 
+@pytest.mark.slow  # a cluster of three processes converting 40 traces, twice; make test keeps local:N below
 def test_forty_traces_on_a_two_worker_cluster_make_the_dataset_a_local_run_makes(tmp_path: Path, fleet: Fleet) -> None:
     runs = traces(tmp_path / "runs")
     assert len(list(runs.iterdir())) == 40
@@ -130,6 +131,7 @@ def _settled_parts(out: Path, limit: float = 60.0) -> list[Path]:
     return dataset.parts(out)
 
 
+@pytest.mark.slow  # on the cluster, then again: make test keeps local:N below
 def test_a_failed_task_leaves_no_part_and_a_rerun_skips_complete_parts(tmp_path: Path, fleet: Fleet) -> None:
     runs = traces(tmp_path / "runs", copies=2, names=SMALL[:4])
     broken = runs / "copy1_seed_linear.json"
@@ -153,6 +155,7 @@ def test_a_failed_task_leaves_no_part_and_a_rerun_skips_complete_parts(tmp_path:
     assert parts(out) == parts(tmp_path / "local.parquet")
 
 
+@pytest.mark.slow  # a cluster of its own converting 40 traces, and a local run of them
 def test_a_worker_killed_mid_run_never_leaves_a_partial_dataset(tmp_path: Path) -> None:
     runs = traces(tmp_path / "runs")
     out = tmp_path / "out.parquet"

@@ -1,4 +1,4 @@
-"""Imports flow one way (STYLE.md): schema <- readers <- io <- analyses <- render <- cli, and inside the
+"""Imports flow one way (CONTRIBUTING.md): schema <- readers <- io <- analyses <- render <- cli, and inside the
 Parquet modules dataset <- io <- ingest <- writing (they imported each other in a circle).
 
 Read from the source with ``ast``: every import, the ones inside functions too (where the lazy ones

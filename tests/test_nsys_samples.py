@@ -81,6 +81,7 @@ def test_value_and_unit_are_the_columns_before_args() -> None:
     assert "metric" in S.KINDS
 
 
+@pytest.mark.slow  # 2.3M samples, 77 MB: sm_after.sqlite's metrics are converted in the fast suite
 def test_a_large_metrics_export_converts_every_sample() -> None:
     path = _big_metrics()
     table = traceconv.read(path)

@@ -66,6 +66,7 @@ def test_est_is_kinetos_figure_up_to_its_rounding(item: Any) -> None:
     assert small["occupancy_vs_kineto"].isna().all()
 
 
+@pytest.mark.sweep  # over every real file, as the sweep it vouches for
 def test_the_sweep_covers_every_architecture_and_many_kernels() -> None:
     """The test above checks kernels of compute capability 7.0, 8.0, 9.0 and 10.0 (else it proves little)."""
     majors: set[int] = set()

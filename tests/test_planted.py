@@ -31,6 +31,18 @@ CASES = [
 SEVERE = ("high", "medium")
 
 
+def _sweep(cases: list[Any]) -> list[Any]:
+    """A check repeated over the profiles: `make test` runs it on the first PyTorch profile and the
+    first Nsight Systems export, and marks the rest ``sweep`` (as tests/conftest.py does)."""
+    kept: set[bool] = set()
+    out = []
+    for c in cases:
+        nsys = ".sqlite" in c.values[0]["file"]
+        out.append(pytest.param(*c.values, id=c.id, marks=[*c.marks, *([pytest.mark.sweep] if nsys in kept else [])]))
+        kept.add(nsys)
+    return out
+
+
 def _summary(path: Path) -> dict[str, Any]:
     return as_dict(summarize(load(path, columns=INPUT_COLUMNS)), 0)
 
@@ -68,7 +80,7 @@ def test_the_planted_problem_is_the_top_finding_and_healthy_runs_are_quiet(
     assert savings == sorted(savings, reverse=True)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.values[0].get("steps", True)])
+@pytest.mark.parametrize("case", _sweep([c for c in CASES if c.values[0].get("steps", True)]))
 def test_steps_are_measured_as_the_gpu_ran_them(case: dict[str, Any], summaries: dict[str, dict[str, Any]]) -> None:
     path, d = _of(case, summaries)
     truth = sqlite_steps(path) if path.suffix == ".sqlite" else json_steps(path)

@@ -37,8 +37,10 @@ from .conftest import fixture, real_files
 from .kineto_truth import load, to_ns
 
 HANG_S = 30  # one conversion of these small traces takes well under a second
+# Each example converts a trace: 30 of them, or fewer under a profile that asks for fewer (`make
+# test` loads Hypothesis' "fast" profile, tests/conftest.py).
 PROPERTY = settings(
-    max_examples=30,
+    max_examples=min(30, settings.default.max_examples),
     deadline=None,
     derandomize=True,
     database=None,

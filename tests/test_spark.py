@@ -1,4 +1,4 @@
-"""The README's Spark recipe on a local Spark session: the partitioned dataset reads with every
+"""The Spark recipe of docs/many-traces.md on a local Spark session: the partitioned dataset reads with every
 column type intact, and the three example queries of `traceconv sql` give the same rows in
 PySpark as in traceconv. Marked ``spark``; CI (CI=true) runs it, elsewhere a missing Java or
 pyspark skips it with the reason."""
@@ -23,7 +23,8 @@ from .conftest import CORPUS_REQUIRED, ROOT
 from .fleet_data import ingest, input_kinds, traces
 
 pytestmark = pytest.mark.spark
-README = (ROOT / "README.md").read_text()
+RECIPE = (ROOT / "docs" / "many-traces.md").read_text()
+QUERIES = (ROOT / "docs" / "sql.md").read_text()
 
 
 def _spark_or_skip() -> Any:
@@ -83,9 +84,8 @@ def test_spark_reads_every_column_with_its_type(spark: Any, made: tuple[Path, An
     assert ranks == {0, 1, None}
 
 
-def _readme_queries() -> list[str]:
-    section = README.split("### `traceconv sql", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sql\n(.*?)```", section, re.S)
+def _sql_page_queries() -> list[str]:
+    return re.findall(r"```sql\n(.*?)```", QUERIES, re.S)
 
 
 def _rows(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -95,14 +95,14 @@ def _rows(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted((tuple(norm(v) for v in r.values()) for r in records), key=repr)
 
 
-def test_the_readme_recipe_gives_the_rows_traceconv_sql_gives(spark: Any, made: tuple[Path, Any]) -> None:
+def test_the_recipe_gives_the_rows_traceconv_sql_gives(spark: Any, made: tuple[Path, Any]) -> None:
     root, _ = made
-    block = README.split("<!-- spark-recipe:start -->", 1)[1].split("<!-- spark-recipe:end -->", 1)[0]
+    block = RECIPE.split("<!-- spark-recipe:start -->", 1)[1].split("<!-- spark-recipe:end -->", 1)[0]
     code = re.search(r"```python\n(.*?)```", block, re.S)
     assert code is not None
     scope: dict[str, Any] = {"DATASET": str(root)}
     exec(code.group(1), scope)
-    queries = _readme_queries()
+    queries = _sql_page_queries()
     assert len(queries) == 3
     for name, query in zip(["top_kernels", "gpu_per_range", "copies_per_rank"], queries, strict=True):
         cmd = [sys.executable, "-m", "traceconv.cli", "sql", query, str(root), "--format", "json"]

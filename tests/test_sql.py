@@ -1,5 +1,5 @@
 """``traceconv sql`` (issue 17): DuckDB's SQL over the unified events of Parquet files, dataset
-directories and traces; the README's example queries checked against independent computations."""
+directories and traces; the example queries of docs/sql.md checked against independent computations."""
 
 from __future__ import annotations
 
@@ -30,11 +30,8 @@ RANKS = ("pytorch/h200/ddp_rank0.pt.trace.json", "pytorch/h200/ddp_rank1.pt.trac
 
 
 def _examples() -> list[str]:
-    """The ```sql blocks of the README's `traceconv sql` section, in order."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### `traceconv sql") :]
-    section = section[: section.index("\n## ")]
-    return re.findall(r"```sql\n(.*?)```", section, re.S)
+    """The ```sql blocks of `traceconv sql`'s page (docs/sql.md), in order."""
+    return re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "sql.md").read_text(), re.S)
 
 
 def _sql(*args: str, ok: bool = True) -> Any:

@@ -76,6 +76,7 @@ def test_the_advice_fits_the_program(path: Path) -> None:
             assert "as a CUDA graph" not in f["message"] and "torch.compile, CUDA graphs" not in f["message"]
 
 
+@pytest.mark.sweep  # over every real file, as the two sweeps it vouches for
 def test_the_corpus_has_programs_of_both_kinds_and_graph_replays() -> None:
     """The two tests above are not vacuous."""
     programs = [_program(p) for p in TRACES]

@@ -1,7 +1,7 @@
 """The unified event schema: the one place that names, types and documents every column.
 
 Every reader returns a ``pyarrow.Table`` with exactly these columns, in this order.
-Everything downstream (Parquet files, ``read_unified``, analyses, the README table) is
+Everything downstream (Parquet files, ``read_unified``, analyses, the table of docs/schema.md) is
 derived from :data:`COLUMNS`.
 """
 
@@ -254,7 +254,7 @@ def _nulls(n: int, typ: pa.DataType, zeros: pa.Buffer) -> pa.Array:
 
 
 def markdown_table() -> str:
-    """The README's schema table, generated so that it cannot drift from the code."""
+    """The schema table of docs/schema.md, generated so that it cannot drift from the code."""
     lines = ["| column | Arrow type | unit | meaning | filled by |", "|---|---|---|---|---|"]
     for c in COLUMNS:
         typ = "dictionary<int32, string>" if c.type == DICT else str(c.type)

@@ -113,7 +113,7 @@ _ANALYSIS_OPTIONS = [
         "thresholds",
         multiple=True,
         metavar="NAME=VALUE",
-        help="Override a finding threshold (repeatable), e.g. HOST_DEVICE_COPIES=5; see the README.",
+        help="Override a finding threshold (repeatable), e.g. HOST_DEVICE_COPIES=5; see docs/findings.md.",
     ),
     click.option(
         "--steps",

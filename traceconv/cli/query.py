@@ -31,7 +31,7 @@ def sql(query: str, inputs: tuple[Path, ...], fmt: str, limit: int) -> None:
 
     INPUTS are traceconv Parquet files, dataset directories, or traces and reports (converted
     on the fly, into temporary files that are removed after). The columns are the unified
-    schema's (README); times in nanoseconds. QUERY may be `@FILE` to read it from a file, or
+    schema's (docs/schema.md); times in nanoseconds. QUERY may be `@FILE` to read it from a file, or
     `-` to read it from stdin. Memory is bounded (DuckDB spills to a temporary folder; the
     budget starts at 96MB and grows where a query needs it; TRACECONV_MEMORY fixes it).
 
