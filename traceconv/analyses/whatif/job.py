@@ -73,7 +73,7 @@ def _step(r: Rank, changed: bool, base: Timeline, after: Timeline) -> tuple[Rank
     moved = pace(m, after, step_windows(m, after))
     assert m.facts.steps is not None
     count, measured = m.facts.steps.count, m.measured_ns
-    return RankStep(r.rank, r.label, count, measured, measured + moved - replayed, changed), replayed
+    return RankStep(r.rank, r.label, count, measured, measured + moved - replayed, changed, replayed), replayed
 
 
 def _matched(per_rank: list[list[CH.Matched]]) -> list[CH.Matched]:

@@ -10,7 +10,8 @@ from traceconv.analyses.whatif.changes import Matched
 
 @dataclass(frozen=True)
 class RankStep:
-    """One rank's median step, measured and predicted (``changed``: the change applies to it)."""
+    """One rank's median step, measured, replayed unchanged (with the other ranks) and predicted
+    (``changed``: the change applies to it)."""
 
     rank: int | None
     label: str
@@ -18,6 +19,7 @@ class RankStep:
     step_ns: int
     predicted_step_ns: int
     changed: bool
+    replayed_step_ns: int
 
 
 @dataclass(frozen=True)
