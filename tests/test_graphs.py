@@ -121,3 +121,137 @@ def test_the_summary_table_names_the_capturing_operators(tmp_path: Path) -> None
     assert r.exit_code == 0, r.output
     assert "CUDA graphs replayed" in r.output and "100% of it by capturing operator" in r.output
     assert "aten::addmm x61" in r.output
+
+
+# The conversion: each replayed kernel, copy and memset carries the operator that captured it.
+
+
+def _raw(path: Path) -> list[dict[str, Any]]:
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt") as f:
+        events: list[dict[str, Any]] = json.load(f)["traceEvents"]
+    return events
+
+
+def _raw_replays(path: Path) -> tuple[list[tuple[int, float, float, str | None]], dict[int, str]]:
+    """From the raw Kineto JSON, each replayed GPU row (correlation, start µs, duration µs, the operator
+    that captured it: None without a capture in the profile), and each graph launch's enclosing
+    operator or annotation (its correlation -> the innermost one around it on its thread)."""
+    events = _raw(path)
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    ran = {e["args"]["correlation"] for e in gpu}
+    runtime = sorted((e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")), key=lambda e: e["ts"])
+    ops = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation")]
+    by_ext = {e["args"]["External id"]: e["name"] for e in ops if e["cat"] == "cpu_op"}
+    inst = [e["ts"] for e in runtime if "GraphInstantiate" in e["name"]]
+    captured = [
+        by_ext.get(e["args"].get("External id"))
+        for e in runtime
+        if inst and e["ts"] < inst[0] and any(n in e["name"] for n in LAUNCHING) and e["args"]["correlation"] not in ran
+    ]
+    launches = {e["args"]["correlation"]: e for e in runtime if e["name"] == "cudaGraphLaunch"}
+    around = {
+        c: min(
+            (o for o in ops if o["tid"] == e["tid"] and o["ts"] <= e["ts"] <= o["ts"] + o["dur"]),
+            key=lambda o: o["dur"],
+        )["name"]
+        for c, e in launches.items()
+    }
+    replays: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in gpu:
+        if e["args"]["correlation"] in launches:
+            replays[e["args"]["correlation"]].append(e)
+    rows = []
+    for corr, mine in replays.items():
+        mine.sort(key=lambda e: e["ts"])
+        cap = captured if len(captured) == len(mine) else [None] * len(mine)
+        rows += [(corr, e["ts"], e["dur"], op) for op, e in zip(cap, mine, strict=True)]
+    return rows, around
+
+
+def _converted_replays(path: Path) -> Any:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("ev", load(path, columns=INPUT_COLUMNS))
+    return con.sql(
+        "SELECT k.correlation_id AS corr, k.start_ns, k.dur_ns, CAST(k.op_name AS VARCHAR) AS op, "
+        "CAST(l.op_name AS VARCHAR) AS launch_op, CAST(o.name AS VARCHAR) AS op_row_name, o.end_ns AS op_end "
+        "FROM ev k JOIN ev l ON l.event_id = k.launch_event_id "
+        "LEFT JOIN ev o ON o.event_id = k.op_event_id "
+        "WHERE k.kind IN ('kernel', 'memcpy', 'memset') AND k.launch_name LIKE '%GraphLaunch%' "
+        "ORDER BY k.correlation_id, k.start_ns"
+    ).df()
+
+
+def _gpu_share(rows: list[tuple[int, float, float, str | None]], ok: Any) -> float:
+    return sum(d for _, _, d, op in rows if ok(op)) / sum(d for _, _, d, _ in rows)
+
+
+def test_conversion_gives_each_replayed_row_the_operator_that_captured_it() -> None:
+    path = fixture(PLANTED + "pytorch/decode_graph_in.json", packed=True)
+    truth, _ = _raw_replays(FIXTURES / (PLANTED + "pytorch/decode_graph_in.json.xz"))
+    got = _converted_replays(path)
+    assert len(got) == len(truth) == 12 * 148
+    assert _gpu_share(truth, lambda op: op is not None and op.startswith("aten::")) == 1.0
+    assert got["op"].tolist() == [op for *_, op in truth]  # row by row, in each replay's order
+    assert (got["op"] == got["op_row_name"]).all()  # op_event_id names that operator
+    assert (got["op_end"] < got["start_ns"]).all()  # the capture, before the replay
+    assert got["launch_op"].str.startswith("ProfilerStep#").all()  # the launch keeps its own
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "planted/h200/pytorch/decode_graph.json",
+        "planted/h200/pytorch/decode_graph_node.json",
+        "pytorch/h200/cuda_graph.json",
+    ],
+)
+def test_without_its_capture_a_replay_keeps_the_operator_around_its_launch(rel: str) -> None:
+    """Captured before the profile: the rows stay with the range around the cudaGraphLaunch."""
+    raw = FIXTURES / (rel + ".xz") if rel.startswith("planted") else FIXTURES / rel
+    truth, around = _raw_replays(raw)
+    got = _converted_replays(fixture(rel, packed=rel.startswith("planted")))
+    assert len(got) == len(truth) > 0 and all(op is None for *_, op in truth)
+    assert got["op"].tolist() == [around[c] for c, *_ in truth]
+    assert (got["op"] == got["launch_op"]).all()
+
+
+def test_ops_own_view_gives_the_replayed_time_to_the_capturing_operators() -> None:
+    """``ops``: each aten operator's self GPU time is that of its own launches plus the replayed rows
+    it captured; ``--like torch`` (key_averages) leaves the replays unattributed, as torch does."""
+    import traceconv
+    from traceconv.analyses.key_averages import key_averages, operators
+
+    raw = FIXTURES / (PLANTED + "pytorch/decode_graph_in.json.xz")
+    events = _raw(raw)
+    truth, _ = _raw_replays(raw)
+    by_ext = {e["args"]["External id"]: e["name"] for e in events if e.get("cat") == "cpu_op"}
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    own: dict[str, float] = defaultdict(float)  # GPU µs of the work each operator name launched itself
+    for e in gpu:
+        name = by_ext.get(e["args"].get("External id"))
+        if name is not None:
+            own[name] += e["dur"]
+    replayed: dict[str, float] = defaultdict(float)
+    for *_, d, op in truth:
+        replayed[str(op)] += d
+    table = traceconv.read(fixture(PLANTED + "pytorch/decode_graph_in.json", packed=True))
+    mine = {r.name: r for r in operators(table).rows if r.kind == "op"}
+    torch = {r.name: r for r in key_averages(table).rows if r.kind == "op"}
+    for name in ("aten::addmm", "aten::native_layer_norm", "aten::gelu", "aten::add"):
+        assert replayed[name] > 0
+        assert mine[name].self_gpu_ns == pytest.approx((own[name] + replayed[name]) * 1e3, abs=len(gpu))
+        assert torch[name].self_gpu_ns == pytest.approx(own[name] * 1e3, abs=len(gpu))
+
+
+def test_the_summary_operator_table_counts_replays_for_their_capturing_operators() -> None:
+    raw = FIXTURES / (PLANTED + "pytorch/decode_graph_in.json.xz")
+    truth, _ = _raw_replays(raw)
+    s = as_dict(summarize(load(fixture(PLANTED + "pytorch/decode_graph_in.json", packed=True), columns=INPUT_COLUMNS)))
+    ops = {o["name"]: o for o in s["top_ops"]}
+    replayed = sum(d for *_, d, op in truth if op == "aten::addmm") * 1e3
+    addmm = ops["aten::addmm"]
+    assert addmm["gpu_self_ns"] >= replayed > 0.5 * sum(d for *_, d, _ in truth) * 1e3
+    assert addmm["gpu_total_ns"] >= addmm["gpu_self_ns"]

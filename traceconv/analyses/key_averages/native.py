@@ -130,7 +130,8 @@ def _count(n: int | np.integer, what: str) -> str:
 def _orphans(ns: int) -> str:
     return (
         f"{us(float(ns))} of GPU work has no External id (CUDA graph replays, work launched outside every "
-        "operator): torch counts it for no operator, here it counts for the one around its launching call"
+        "operator): torch counts it for no operator, here it counts for the one around its launching call "
+        "(a replayed kernel whose capture is in the profile: the operator that captured it)"
     )
 
 

@@ -59,6 +59,7 @@ INPUT_COLUMNS = (
     "correlation_id",
     "external_id",
     "launch_event_id",
+    "launch_name",  # the roofline's: a CUDA graph replay does its captured operators' work again
     "op_event_id",
     "bytes",
     "args",

@@ -1,10 +1,12 @@
 """Each kernel with its engine and its share of its operator's work, read once from the events.
 
 A kernel's operator is the innermost one around its launch (``op_event_id``: a CPU operator, or under
-Nsight Systems the NVTX range of ``--pytorch=autograd-shapes-nvtx``). The operator's work
+Nsight Systems the NVTX range of ``--pytorch=autograd-shapes-nvtx``; a CUDA graph replay's kernel, the
+operator that captured it where the capture is in the profile). The operator's work
 (:func:`.flops.work`) is shared among its matrix kernels by their time (the split-K reductions,
 epilogues and transposes beside a GEMM get none); an operator with no matrix kernel shares it among all
-of its kernels. Its least traffic is shared the same way, in bytes of its inputs' type (where the trace
+of its kernels; each replay of a graph does a captured operator's work again (its kernels of one
+replay share it). Its least traffic is shared the same way, in bytes of its inputs' type (where the trace
 does not record the type, that of its kernels' names; else 4 bytes).
 """
 
@@ -17,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.analyses.graphs import GRAPH_LAUNCH
 from traceconv.analyses.prepare import op_label
 from traceconv.analyses.roofline import flops as F
 from traceconv.analyses.roofline import tensor_cores as T
@@ -35,6 +38,9 @@ def read(source: Source) -> pd.DataFrame:
     launched = source.has("launch_start_ns")
     anchor = "coalesce(k.launch_start_ns, k.start_ns)" if launched else "k.start_ns"
     linked = "k.launch_start_ns IS NOT NULL" if launched else "FALSE"
+    replay = "NULL::BIGINT"
+    if source.has("launch_name"):
+        replay = f"CASE WHEN k.launch_name LIKE '{GRAPH_LAUNCH}' THEN k.launch_event_id END"
     # Kernel names by code (a few thousand distinct names, millions of kernels): the names once, not
     # a string per kernel (470 MB of them for the 16x bench export's 2M kernels)
     source.table(
@@ -46,7 +52,7 @@ def read(source: Source) -> pd.DataFrame:
     table = source.arrow(
         f"SELECT n.code AS name, {dur} AS dur_ns, CAST(k.device AS BIGINT) AS device, "
         f"coalesce(k.trace_id, '') AS trace_id, {anchor} AS anchor_ns, {linked} AS linked, k.start_ns, "
-        f"k.op_event_id, CAST(o.name AS VARCHAR) AS op, {args} AS args FROM events k "
+        f"k.op_event_id, {replay} AS replay, CAST(o.name AS VARCHAR) AS op, {args} AS args FROM events k "
         "JOIN roof_names n ON n.name = k.name "
         "LEFT JOIN events o ON coalesce(o.trace_id, '') = coalesce(k.trace_id, '') AND o.event_id = k.op_event_id "
         f"AND o.kind IN ('cpu_op', 'nvtx') WHERE k.kind = 'kernel' AND {dur} IS NOT NULL"
@@ -102,7 +108,8 @@ def read_grouped(source: Source, bounds: tuple[np.ndarray, np.ndarray] | None = 
     table = source.arrow(
         "SELECT name, sum(dur) AS dur_ns, count(*) AS calls, device, trace_id, min(a) AS anchor_ns, "
         f"max(a) AS last_anchor_ns, linked, {window} AS inside, min(start_ns) AS start_ns, "
-        "max(start_ns + dur) AS end_ns, NULL::DOUBLE AS op_event_id, NULL::VARCHAR AS op, NULL::VARCHAR AS args "
+        "max(start_ns + dur) AS end_ns, NULL::DOUBLE AS op_event_id, NULL::BIGINT AS replay, NULL::VARCHAR AS op, "
+        "NULL::VARCHAR AS args "
         f"FROM (SELECT n.code AS name, {dur} AS dur, CAST(k.device AS BIGINT) AS device, t.code AS trace_id, "
         f"{anchor} AS a, {linked} AS linked, k.start_ns FROM events k JOIN roof_names n ON n.v = k.name "
         "JOIN roof_traces t ON t.v = coalesce(k.trace_id, '') "
@@ -142,7 +149,9 @@ def kernels(frame: pd.DataFrame, tensor_active: Mapping[str, float] | None = Non
             out[grouped] = frame[grouped].astype("int64").to_numpy()
     keyed = frame["op_event_id"].notna() & frame["op"].notna()
     key = np.full(len(frame), -1, np.int64)
-    key[keyed.to_numpy()] = frame[keyed].groupby(["trace_id", "op_event_id"], sort=False, observed=True).ngroup()
+    calls = frame.loc[keyed, ["trace_id", "op_event_id", "replay"]]
+    calls["replay"] = calls["replay"].fillna(-1)  # an operator call, again in each replay of its graph
+    key[keyed.to_numpy()] = calls.groupby(["trace_id", "op_event_id", "replay"], sort=False, observed=True).ngroup()
     out["op_key"] = key
     ops = frame["op"].astype("category")
     labels = np.array([op_label(str(c)) for c in ops.cat.categories] + [None], dtype=object)

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
+from traceconv.analyses.graphs import GRAPH_LAUNCH
 from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, IdleGaps, LaunchFacts, Syncs
 from traceconv.analyses.source import Source, Within
@@ -191,7 +192,7 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     _process_gpu(source)
     source.table(  # each memcpy row's first node (its launching call, else its operator)
         "copy_nodes",
-        "SELECT c.trace_id, g.gpu_id AS event_id, coalesce(g.launch_node, g.op_node) AS node FROM tree_gpu g "
+        "SELECT c.trace_id, g.gpu_id AS event_id, g.first_node AS node FROM tree_gpu g "
         "JOIN trace_codes c USING (tc) WHERE g.copy",
     )
     source.run("DROP TABLE tree_gpu")
@@ -204,7 +205,8 @@ def _launched(call_pid: Callable[[str], str]) -> str:
     return (
         "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
         "coalesce(rl.event_id, CASE WHEN g.cp IS NOT NULL THEN g.launch_event_id END) AS launch_node, "
-        "coalesce(rl.pid, g.cp) AS launch_pid, g.op_event_id "
+        "coalesce(rl.pid, g.cp) AS launch_pid, g.op_event_id, "
+        f"coalesce(g.launch_name LIKE '{GRAPH_LAUNCH}', false) AS replay "
         f"FROM (SELECT *, {call_pid('launch_event_id')} AS cp FROM events "
         "WHERE kind IN ('kernel', 'memcpy', 'memset')) g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id"
@@ -213,10 +215,15 @@ def _launched(call_pid: Callable[[str], str]) -> str:
 
 def _nodes(gpu: str, ops: str, call_pid: Callable[[str], str]) -> str:
     """The GPU rows with a launch node (``gpu``: :func:`_launched`'s) and their operator among the
-    ranges of ``ops`` (or a call kept out of them); those with neither left out."""
+    ranges of ``ops`` (or a call kept out of them); those with neither left out. A row's first node
+    (where its GPU time enters the trees) is its launching call, else its operator; a CUDA graph
+    replay's row, its operator (that which captured it where the capture is in the profile, else the
+    one around its launch, the launching call's parent)."""
     op_node = f"coalesce(ro.event_id, CASE WHEN {call_pid('g.op_event_id')} IS NOT NULL THEN g.op_event_id END)"
+    first = f"CASE WHEN g.replay AND {op_node} IS NOT NULL THEN {op_node} ELSE coalesce(g.launch_node, {op_node}) END"
     return (
-        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node "
+        f"SELECT g.tc, g.gpu_id, g.copy, g.d, g.launch_start_ns, g.launch_node, g.launch_pid, {op_node} AS op_node, "
+        f"{first} AS first_node "
         f"FROM {gpu} g LEFT JOIN {ops} ro ON ro.tc = g.tc AND ro.event_id = g.op_event_id "
         f"WHERE g.launch_node IS NOT NULL OR {op_node} IS NOT NULL"
     )
@@ -316,7 +323,7 @@ def _sums_in_parts(source: Source, parts: int) -> None:
             "SELECT tc, event_id, isum(self_gpu) AS self_gpu, isum(first_gpu) AS first_gpu, "
             "bool_or(wanted) AS wanted FROM (SELECT tc, op_node AS event_id, d AS self_gpu, 0 AS first_gpu, "
             "false AS wanted FROM tree_gpu WHERE op_node IS NOT NULL UNION ALL SELECT tc, "
-            "coalesce(launch_node, op_node), 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
+            "first_node, 0, d, copy FROM tree_gpu UNION ALL SELECT c.tc, s.event_id, 0, 0, "
             "true FROM sync_calls s JOIN trace_codes c USING (trace_id) WHERE NOT s.activity) "
             f"{part} GROUP BY ALL"
         )

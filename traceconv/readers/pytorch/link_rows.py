@@ -27,6 +27,8 @@ FIELDS = (
 )
 
 
+# A GPU row's: its start orders the rows of a CUDA graph replay (graph_capture).
+_GPU_COLS = (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"), ("start", "start_ns"))
 _ROW_COLUMNS = [col for _, col in FIELDS] + ["name", "pid_label", "tid_label"]
 
 
@@ -44,7 +46,7 @@ def extract(table: pa.Table) -> dict[str, pa.Table]:
         parts["api"] = _rows(table, _ROW_COLUMNS, is_api)
     gpu = IS_GPU[kind]
     if gpu.any():
-        parts["gpu"] = _rows(table, ["event_id", "correlation_id", "external_id"], gpu)
+        parts["gpu"] = _rows(table, [col for _, col in _GPU_COLS], gpu)
     meta = _equal(table, "phase", "M")
     if meta.any():
         parts["meta"] = _rows(table, ["name", "pid", "tid", "pid_label", "tid_label", "args"], meta)
@@ -74,9 +76,6 @@ def prepare(parts: dict[str, pa.Table]) -> Prepared:
     if "meta" in parts:
         out["meta"] = parts["meta"].to_pylist()
     return out
-
-
-_GPU_COLS = (("event_id", "event_id"), ("corr", "correlation_id"), ("ext", "external_id"))
 
 
 def _prepared_rows(sub: pa.Table) -> dict[str, Any]:

@@ -6,6 +6,8 @@
   on the same thread; otherwise (missing, equal to the correlation id as traces before late
   2024 wrote, or colliding with an unrelated operator) the innermost ``cpu_op`` (else
   ``user_annotation``) enclosing the call on its thread.
+- GPU op -> CPU operator: its launching call's; a CUDA graph replay's rows whose capture is in the
+  trace, the operator of the call that captured each (:mod:`~traceconv.readers.graph_capture`).
 
 Pass 1 (:meth:`LinkIndex.add`, of the rows :mod:`~traceconv.readers.pytorch.link_rows` picks)
 keeps compact arrays for API calls and GPU rows; operators go to a spill (:class:`OpRows`: a worker
@@ -32,6 +34,7 @@ from traceconv import schema as S
 from traceconv.process import return_freed_memory
 from traceconv.readers.arrow_util import I64, dict_codes, from_codes, int_columns, to_numpy
 from traceconv.readers.gpu_times import queue_and_wall
+from traceconv.readers.graph_capture import END, REPLAY, Calls, call_roles, captured_by
 from traceconv.readers.pytorch.columns import IS_GPU, KIND_CODE
 from traceconv.readers.pytorch.link_rows import FIELDS, RAW_OPS, Prepared, extract, prepare
 from traceconv.readers.pytorch.operators import Lookups, OperatorResolver, narrow, unique_pairs
@@ -120,11 +123,13 @@ class LinkIndex:
         self.names: list[str | None] = []
         self._name_code: dict[str, int] = {}
         self._api: dict[str, list[I64]] = {f: [] for f in (*dict(FIELDS), "name")}
-        self._gpu: dict[str, list[I64]] = {f: [] for f in ("event_id", "corr", "ext")}
+        self._gpu: dict[str, list[I64]] = {f: [] for f in ("event_id", "corr", "ext", "start")}
         self.process_names: dict[str, str] = {}
         self.thread_names: dict[str, str] = {}
         self.api: dict[str, I64] = {}
         self.gpu: dict[str, I64] = {}
+        self._captured: SortedKeys | None = None  # replayed GPU rows whose capture is in the trace
+        self._captured_op: tuple[I64, I64] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     # -- pass 1 ---------------------------------------------------------------------
     def add(self, table: pa.Table, event_offset: int = 0) -> pa.Table | None:
@@ -140,6 +145,7 @@ class LinkIndex:
             self._gpu["event_id"].append(narrow(sub["event_id"] + event_offset))
             self._gpu["corr"].append(sub["corr"])
             self._gpu["ext"].append(sub["ext"])
+            self._gpu["start"].append(sub["start"])
         if "meta" in parts:
             self._names_from_metadata(parts["meta"])
         if "ops" not in parts:
@@ -189,6 +195,8 @@ class LinkIndex:
         # Memory grows with the API calls: every array goes as
         # soon as nothing needs it, before the next large one is made.
         self.api, self.gpu = _cat_fields(self._api), _cat_fields(self._gpu)
+        replayed = self._graph_replays()
+        del self.gpu["start"]
         resolver = OperatorResolver(self.api, self.gpu, events)  # keeps sorted copies of the External ids
         del self.api["ext"], self.gpu["ext"], self.gpu["corr"]
         # Several chunks' operators at a time: larger batches are faster (fewer calls) and take
@@ -197,6 +205,7 @@ class LinkIndex:
             for ops, found in _looked_up(resolver, _batches(op_chunks, FEED_ROWS), threads):
                 resolver.apply(ops, found)
             self.api["op_eid"], self.api["op_name"] = resolver.api_result()
+            self._capturing_ops(*replayed)
         finally:
             resolver.annotations.close()  # its temporary file, if it needed one, also after an error
         gpu_op = {"op_eid": resolver.gpu_ext_eid, "op_name": resolver.gpu_ext_name}
@@ -211,6 +220,34 @@ class LinkIndex:
         for field in ("name", "op_name", "op_eid", "tid"):
             self.api[field] = narrow(self.api[field])
         self.gpu = {field: narrow(values) for field, values in gpu_op.items()}
+
+    def _graph_replays(self) -> tuple[I64, I64]:
+        """The GPU rows of CUDA graph replays whose capture is in the trace (their event ids), and the
+        API call (its row of ``api``) that captured each; none without graph launches and instantiations."""
+        api, gpu = self.api, self.gpu
+        none = np.zeros(0, np.int64)
+        codes = np.unique(api["name"][api["name"] >= 0])
+        role_of = np.zeros(len(self.names) + 1, np.int8)  # code -1 takes the last: no role
+        role_of[codes] = call_roles([self.names[c] for c in codes])
+        role = role_of[api["name"]]
+        graph = np.flatnonzero((role == REPLAY) & (api["corr"] >= 0))
+        if not len(graph) or not (role == END).any():
+            return none, none
+        at = SortedKeys(api["corr"][graph]).find(gpu["corr"])
+        rows = np.flatnonzero(at >= 0)
+        thread = unique_pairs(api["pid"], api["tid"])[1].astype(np.int64)
+        calls = Calls(thread, api["start"], role, np.isin(api["corr"], gpu["corr"][gpu["corr"] >= 0]))
+        captured = captured_by(calls, graph[at[rows]], gpu["start"][rows], gpu["event_id"][rows])
+        ok = captured >= 0
+        return gpu["event_id"][rows][ok].astype(np.int64), captured[ok]
+
+    def _capturing_ops(self, rows: I64, calls: I64) -> None:
+        """Pass 2's operator for replayed GPU ``rows``: that of the call that captured each, where it has one."""
+        op, name = self.api["op_eid"][calls], self.api["op_name"][calls]
+        ok = op >= 0
+        if ok.any():
+            self._captured = SortedKeys(rows[ok])
+            self._captured_op = (op[ok].astype(np.int64), name[ok].astype(np.int64))
 
     # -- pass 2 ---------------------------------------------------------------------
     def resolve(self, table: pa.Table, base_ns: int) -> pa.Table:
@@ -235,6 +272,11 @@ class LinkIndex:
         if orphan.any():
             g = self._by_gpu_eid.find(eid[orphan])
             op_eid[orphan], op_name[orphan] = _gather(self.gpu["op_eid"], g), _gather(self.gpu["op_name"], g)
+        if self._captured is not None and gpu.any():
+            c = np.full(n, -1, dtype=np.int64)
+            c[gpu] = self._captured.find(eid[gpu])
+            hit = c >= 0
+            op_eid[hit], op_name[hit] = self._captured_op[0][c[hit]], self._captured_op[1][c[hit]]
         cols = {name: table[name] for name in S.NAMES}
         cols["start_ns"] = pc.add(table["start_ns"], base_ns)
         cols["end_ns"] = pc.add(table["end_ns"], base_ns)

@@ -24,7 +24,7 @@ def gpu_pass(source: Source, calls: Calls, trace: str, rows: str, call_pid: Call
     """The GPU rows read once, a batch at a time, into all that the trees need of them where the
     calls are leaves (no table of millions of rows written and read back). ``rows``: each GPU row
     with its launch node and process and its operator node (``measure``'s query of them, with
-    columns gpu_id, copy, d, launch_start_ns, launch_node, launch_pid, op_node).
+    columns gpu_id, copy, d, launch_start_ns, launch_node, launch_pid, op_node, first_node).
 
     - Each call's GPU time (of the rows it launched, or is the first node of) to its parent, and
       the calls whose region is asked for (those that copies start from, and synchronising calls).
@@ -45,13 +45,12 @@ def gpu_pass(source: Source, calls: Calls, trace: str, rows: str, call_pid: Call
     copies: list[tuple[I64, I64]] = []
     negative = False
     for batch in source.batches(rows, GPU_BATCH):
-        gpu_id, d, launch_start, launch_node, launch_pid, op_node = (
+        gpu_id, d, launch_start, launch_node, launch_pid, op_node, node = (
             _filled(batch.column(name))
-            for name in ("gpu_id", "d", "launch_start_ns", "launch_node", "launch_pid", "op_node")
+            for name in ("gpu_id", "d", "launch_start_ns", "launch_node", "launch_pid", "op_node", "first_node")
         )
         copy = np.asarray(batch.column("copy").to_numpy(zero_copy_only=False), np.bool_)
         has_launch, has_op = launch_node != _NULL, op_node != _NULL
-        node = np.where(has_launch, launch_node, op_node)
         parent = calls.parents(node)
         call = parent != -2
         # the calls: their GPU time to their parents
@@ -108,7 +107,7 @@ def _rows(ids: I64, eid: I64) -> I64:
 
 def _positive_sums(source: Source, calls: Calls, rows: str, call_pid: Callable[[str], str]) -> None:
     calls.gpu[:] = 0
-    node = "coalesce(launch_node, op_node)"
+    node = "first_node"
     sums = source.arrow(
         f"SELECT {node} AS node, isum(d) AS d FROM ({rows}) WHERE {call_pid(node)} IS NOT NULL "
         "GROUP BY ALL HAVING isum(d) > 0"

@@ -3,9 +3,10 @@
 Host ranges (CPU operators, host annotations and NVTX ranges, CUDA API calls) come from DuckDB
 sorted by thread and start (longest first), with the GPU time attributed to each: ``self_gpu``
 (GPU rows whose operator it is) and ``first_gpu`` (GPU rows whose launching call it is, else
-whose operator). They are cut into blocks of whole trees (a cut where no range of the thread is
-still open) and each block is worked out in numpy: parents (:func:`intervals.parents`), CPU time
-minus the direct children, GPU time of the subtree, repeats folded into their parent as
+whose operator; a CUDA graph replay's rows, whose operator: the one that captured them where the
+capture is in the profile). They are cut into blocks of whole trees (a cut where no range of the
+thread is still open) and each block is worked out in numpy: parents (:func:`intervals.parents`),
+CPU time minus the direct children, GPU time of the subtree, repeats folded into their parent as
 ``torch.profiler`` folds them, and the innermost annotation around each range (its region).
 Then only sums per name and scope stay: memory grows with the names, not the ranges.
 """
