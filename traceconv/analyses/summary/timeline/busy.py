@@ -155,8 +155,12 @@ def _one_device(
     the ``spans`` of its sets; its idle gaps by cause (:mod:`traceconv.analyses.summary.timeline.gaps`);
     and for the scopes ``per_window`` flags, each window's time by part."""
     flags = [k < len(per_window) and bool(per_window[k]) for k in range(len(windows))]
-    # the nested levels: compute, + comm, ... + CUDA calls; the gaps take the segments from BUSY up
-    unions = [_Union(windows, flags, segments=level >= BUSY) for level in range(len(SETS))]
+    # the nested levels: compute, + comm, ... + CUDA calls; the gaps take the segments from BUSY up. The
+    # levels below BUSY count only for the windows one by one: the scopes' figures start at BUSY.
+    unions = [
+        _Union(windows, flags, segments=level >= BUSY, counted=flags if level < BUSY else None)
+        for level in range(len(SETS))
+    ]
     gaps = G.GapTally(windows, launch_gap_ns, flags)
     for lo, hi in _slices(source, spans):
         inside = " AND ".join(
@@ -243,9 +247,17 @@ class _Union:
     """The union of intervals that arrive sorted by start, batch after batch, and the time of it
     inside each scope's windows. The segment still open at the end of a batch is carried over."""
 
-    def __init__(self, windows: Sequence[Segments], per_window: Sequence[bool] = (), segments: bool = False) -> None:
+    def __init__(
+        self,
+        windows: Sequence[Segments],
+        per_window: Sequence[bool] = (),
+        segments: bool = False,
+        counted: Sequence[bool] | None = None,
+    ) -> None:
         self.windows = windows
         self.covered = np.zeros(len(windows), np.int64)
+        # the scopes whose time is counted (None: all; the others' stays 0)
+        self.counted = [counted is None or (k < len(counted) and bool(counted[k])) for k in range(len(windows))]
         # per scope that asks for it: the time in each of its windows
         self.per_window = [
             np.zeros(len(w[0]), np.int64) if k < len(per_window) and per_window[k] else None
@@ -303,11 +315,15 @@ class _Union:
             return
         if self.segments:
             self.closed.append((starts, ends))
+        before = None  # the segments' running total, once for every scope
         for k, (ws, we) in enumerate(self.windows):
+            if not self.counted[k]:
+                continue
             # only the windows that overlap the segments: the others gain nothing from them
             lo, hi = int(np.searchsorted(we, starts[0], "right")), int(np.searchsorted(ws, ends[-1], "left"))
             if lo < hi:
-                below = I.covered_below(starts, ends, np.concatenate([we[lo:hi], ws[lo:hi]]))
+                before = I.running_total(starts, ends) if before is None else before
+                below = I.covered_below(starts, ends, np.concatenate([we[lo:hi], ws[lo:hi]]), before)
                 each = below[: hi - lo] - below[hi - lo :]
                 self.covered[k] += int(each.sum())
                 mine = self.per_window[k]
