@@ -47,11 +47,22 @@ def overlap3(a: tuple[I64, I64], b: tuple[I64, I64], c: tuple[I64, I64]) -> int:
     return length(*abc) - singles + overlap(a, b) + overlap(a, c) + overlap(b, c)
 
 
-def covered_below(seg_start: I64, seg_end: I64, times: I64) -> I64:
-    """For each time, how much of the sorted, disjoint segments lies before it (a running total)."""
+def running_total(seg_start: I64, seg_end: I64) -> I64:
+    """The segments' time before each of them, and in all of them (the last): :func:`covered_below`'s."""
+    before: I64 = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
+    return before
+
+
+def covered_below(seg_start: I64, seg_end: I64, times: I64, before: I64 | None = None) -> I64:
+    """For each time, how much of the sorted, disjoint segments lies before it (a running total;
+    ``before``: :func:`running_total` of the segments, where the caller has it already)."""
     if len(seg_start) == 0:
         return np.zeros(len(times), np.int64)
-    before = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
+    if len(seg_start) == 1 and seg_end[0] >= seg_start[0]:  # one window (a scope without steps): no search
+        one: I64 = np.clip(times, seg_start[0], seg_end[0]) - seg_start[0]
+        return one
+    if before is None:
+        before = running_total(seg_start, seg_end)
     idx = np.searchsorted(seg_start, times, side="right") - 1
     at = np.maximum(idx, 0)
     partial = np.minimum(times - seg_start[at], seg_end[at] - seg_start[at])

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceconv.analyses import intervals as I
 from traceconv.analyses.graphs import GRAPH_LAUNCH
 from traceconv.analyses.prepare import op_label
 from traceconv.analyses.roofline import flops as F
@@ -33,7 +34,7 @@ def read(source: Source) -> pd.DataFrame:
     the trace holds the launch) with their operator's name and, for the operators whose work can be
     counted, its arguments."""
     families = literals(F.FAMILY_PREFIXES)
-    args = f"CASE WHEN split_part(o.name, ',', 1) IN ({families}) THEN o.args END" if source.has("args") else "NULL"
+    args = f"CASE WHEN split_part(name, ',', 1) IN ({families}) THEN args END" if source.has("args") else "NULL"
     dur = "k.dur_ns" if source.has("dur_ns") else "k.end_ns - k.start_ns"  # key_averages' tables lack some
     launched = source.has("launch_start_ns")
     anchor = "coalesce(k.launch_start_ns, k.start_ns)" if launched else "k.start_ns"
@@ -52,10 +53,13 @@ def read(source: Source) -> pd.DataFrame:
     table = source.arrow(
         f"SELECT n.code AS name, {dur} AS dur_ns, CAST(k.device AS BIGINT) AS device, "
         f"coalesce(k.trace_id, '') AS trace_id, {anchor} AS anchor_ns, {linked} AS linked, k.start_ns, "
-        f"k.op_event_id, {replay} AS replay, CAST(o.name AS VARCHAR) AS op, {args} AS args FROM events k "
+        f"k.op_event_id, {replay} AS replay, CAST(o.name AS VARCHAR) AS op, o.args FROM events k "
         "JOIN roof_names n ON n.name = k.name "
-        "LEFT JOIN events o ON coalesce(o.trace_id, '') = coalesce(k.trace_id, '') AND o.event_id = k.op_event_id "
-        f"AND o.kind IN ('cpu_op', 'nvtx') WHERE k.kind = 'kernel' AND {dur} IS NOT NULL"
+        # the arguments only of the operators whose work is counted, before the join: the join's table of
+        # every operator's arguments took longer than the rest of the query
+        f"LEFT JOIN (SELECT trace_id, event_id, name, {args} AS args FROM events WHERE kind IN ('cpu_op', 'nvtx')) o "
+        "ON coalesce(o.trace_id, '') = coalesce(k.trace_id, '') AND o.event_id = k.op_event_id "
+        f"WHERE k.kind = 'kernel' AND {dur} IS NOT NULL"
     )
     source.run("DROP TABLE roof_names")
     table = table.set_column(
@@ -92,36 +96,23 @@ def read_grouped(source: Source, bounds: tuple[np.ndarray, np.ndarray] | None = 
     linked = "k.launch_start_ns IS NOT NULL" if launched else "FALSE"
     join, window = "", "TRUE"
     if bounds is not None:
-        lo, hi = bounds
-        source.register("roof_windows", pa.table({"lo": lo, "hi": hi}))
-        join = "ASOF LEFT JOIN roof_windows w ON a >= w.lo"
-        window = "coalesce(a <= w.hi, FALSE)"
-    # names and traces by code: strings carried through the join's sort made it 8x slower (4.2 against 0.5 s)
-    codes = {"roof_names": "name", "roof_traces": "coalesce(trace_id, '')"}
-    for table_name, column in codes.items():
-        source.table(
-            table_name,
-            "SELECT v, CAST(row_number() OVER () - 1 AS INTEGER) AS code "
-            f"FROM (SELECT DISTINCT {column} AS v FROM events WHERE kind = 'kernel' AND name IS NOT NULL)",
-        )
-    values = {t: source.arrow(f"SELECT CAST(v AS VARCHAR) AS v FROM {t} ORDER BY code")["v"] for t in codes}
+        # a hash join on time buckets: an ASOF join sorted every kernel by its anchor
+        within = source.within("roof_windows", *I.union(*bounds))
+        join, window = within.join("a"), f"coalesce({within.test('a')}, FALSE)"
     table = source.arrow(
         "SELECT name, sum(dur) AS dur_ns, count(*) AS calls, device, trace_id, min(a) AS anchor_ns, "
         f"max(a) AS last_anchor_ns, linked, {window} AS inside, min(start_ns) AS start_ns, "
-        "max(start_ns + dur) AS end_ns, NULL::DOUBLE AS op_event_id, NULL::BIGINT AS replay, NULL::VARCHAR AS op, "
-        "NULL::VARCHAR AS args "
-        f"FROM (SELECT n.code AS name, {dur} AS dur, CAST(k.device AS BIGINT) AS device, t.code AS trace_id, "
-        f"{anchor} AS a, {linked} AS linked, k.start_ns FROM events k JOIN roof_names n ON n.v = k.name "
-        "JOIN roof_traces t ON t.v = coalesce(k.trace_id, '') "
-        f"WHERE k.kind = 'kernel' AND {dur} IS NOT NULL) {join} GROUP BY ALL"
+        "max(start_ns + dur) AS end_ns, NULL::DOUBLE AS op_event_id, NULL::BIGINT AS replay, "
+        "NULL::VARCHAR AS op, NULL::VARCHAR AS args "
+        f"FROM (SELECT CAST(k.name AS VARCHAR) AS name, {dur} AS dur, CAST(k.device AS BIGINT) AS device, "
+        f"coalesce(k.trace_id, '') AS trace_id, {anchor} AS a, {linked} AS linked, k.start_ns FROM events k "
+        f"WHERE k.kind = 'kernel' AND k.name IS NOT NULL AND {dur} IS NOT NULL) {join} GROUP BY ALL"
     )
-    source.run("DROP TABLE roof_names; DROP TABLE roof_traces")
     if bounds is not None:
-        source.con.unregister("roof_windows")
-    for column, t in (("name", "roof_names"), ("trace_id", "roof_traces")):
+        source.run("DROP MACRO IF EXISTS roof_windows; DROP TABLE IF EXISTS roof_windows")
+    for column in ("name", "trace_id"):
         i = table.schema.get_field_index(column)
-        codes_of = table[column].combine_chunks()
-        table = table.set_column(i, column, pa.DictionaryArray.from_arrays(codes_of, values[t].combine_chunks()))
+        table = table.set_column(i, column, pc.dictionary_encode(table[column]))
     frame: pd.DataFrame = table.to_pandas().drop(columns="inside")
     return frame
 

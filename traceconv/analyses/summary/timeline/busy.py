@@ -155,7 +155,12 @@ def _one_device(
     the ``spans`` of its sets; its idle gaps by cause (:mod:`traceconv.analyses.summary.timeline.gaps`);
     and for the scopes ``per_window`` flags, each window's time by part."""
     flags = [k < len(per_window) and bool(per_window[k]) for k in range(len(windows))]
-    unions = [_Union(windows, flags) for _ in SETS]  # the nested levels: compute, + comm, ... + CUDA calls
+    # the nested levels: compute, + comm, ... + CUDA calls; the gaps take the segments from BUSY up. The
+    # levels below BUSY count only for the windows one by one: the scopes' figures start at BUSY.
+    unions = [
+        _Union(windows, flags, segments=level >= BUSY, counted=flags if level < BUSY else None)
+        for level in range(len(SETS))
+    ]
     gaps = G.GapTally(windows, launch_gap_ns, flags)
     for lo, hi in _slices(source, spans):
         inside = " AND ".join(
@@ -242,16 +247,27 @@ class _Union:
     """The union of intervals that arrive sorted by start, batch after batch, and the time of it
     inside each scope's windows. The segment still open at the end of a batch is carried over."""
 
-    def __init__(self, windows: Sequence[Segments], per_window: Sequence[bool] = ()) -> None:
+    def __init__(
+        self,
+        windows: Sequence[Segments],
+        per_window: Sequence[bool] = (),
+        segments: bool = False,
+        counted: Sequence[bool] | None = None,
+    ) -> None:
         self.windows = windows
         self.covered = np.zeros(len(windows), np.int64)
+        # the scopes whose time is counted (None: all; the others' stays 0)
+        self.counted = [counted is None or (k < len(counted) and bool(counted[k])) for k in range(len(windows))]
         # per scope that asks for it: the time in each of its windows
         self.per_window = [
             np.zeros(len(w[0]), np.int64) if k < len(per_window) and per_window[k] else None
             for k, w in enumerate(windows)
         ]
         self.open: tuple[int, int] | None = None  # (start, reach) of the segment not yet closed
-        self.closed: list[Segments] = []  # the segments closed since the last take()
+        # the segments closed since the last take(), kept only where take() is asked for (``segments``):
+        # else they would pile up for the whole sweep
+        self.segments = segments
+        self.closed: list[Segments] = []
 
     def add(self, s: I.I64, e: I.I64) -> None:
         n = len(s)
@@ -297,12 +313,17 @@ class _Union:
         search per window edge among the segments, not per segment among the windows)."""
         if not len(starts):
             return
-        self.closed.append((starts, ends))
+        if self.segments:
+            self.closed.append((starts, ends))
+        before = None  # the segments' running total, once for every scope
         for k, (ws, we) in enumerate(self.windows):
+            if not self.counted[k]:
+                continue
             # only the windows that overlap the segments: the others gain nothing from them
             lo, hi = int(np.searchsorted(we, starts[0], "right")), int(np.searchsorted(ws, ends[-1], "left"))
             if lo < hi:
-                below = I.covered_below(starts, ends, np.concatenate([we[lo:hi], ws[lo:hi]]))
+                before = I.running_total(starts, ends) if before is None else before
+                below = I.covered_below(starts, ends, np.concatenate([we[lo:hi], ws[lo:hi]]), before)
                 each = below[: hi - lo] - below[hi - lo :]
                 self.covered[k] += int(each.sum())
                 mine = self.per_window[k]

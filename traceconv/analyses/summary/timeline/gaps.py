@@ -258,13 +258,21 @@ def _host_activity(source: Source, starts: I.I64, ends: I.I64, top: int) -> tupl
         "ON l.name = r.name WHERE r.kind IN ('cpu_op', 'nvtx') AND NOT coalesce(l.is_step, false) "
         f"AND r.start_ns < {int(e[-1])} AND r.end_ns > {int(s[0])}"
     )
-    overlap = "least(r.end_ns, g.b) - greatest(r.start_ns, g.a)"
-    joined = f"FROM long_gaps g JOIN ({ranges}) r ON r.start_ns < g.b AND r.end_ns > g.a"
-    rows = source.frame(
-        f"SELECT r.kind, coalesce(r.label, r.name) AS name, isum({overlap}) AS ns {joined} "
-        f"GROUP BY ALL ORDER BY ns DESC, name LIMIT {2 * int(top)}"
+    # The ranges that overlap a gap, first by the last gap to start before each range ends (the gaps are
+    # sorted and disjoint: if any gap overlaps the range, that one does): the join on both ends, a test of
+    # every range against every gap, then holds only those.
+    near = f"SELECT r.* FROM ({ranges}) r ASOF JOIN long_gaps g ON r.end_ns > g.a WHERE g.b > r.start_ns"
+    source.table(
+        "long_gap_ranges",
+        "SELECT r.kind, coalesce(r.label, r.name) AS name, greatest(r.start_ns, g.a) AS s, least(r.end_ns, g.b) AS e "
+        f"FROM long_gaps g JOIN ({near}) r ON r.start_ns < g.b AND r.end_ns > g.a",
     )
-    ops = source.arrow(f"SELECT greatest(r.start_ns, g.a) AS s, least(r.end_ns, g.b) AS e {joined}")
+    rows = source.frame(
+        f"SELECT kind, name, isum(e - s) AS ns FROM long_gap_ranges GROUP BY ALL ORDER BY ns DESC, name "
+        f"LIMIT {2 * int(top)}"
+    )
+    ops = source.arrow("SELECT s, e FROM long_gap_ranges")
+    source.run("DROP TABLE long_gap_ranges")
     inside = I.length(ops["s"].to_numpy().astype(np.int64), ops["e"].to_numpy().astype(np.int64))
     scale = total_ns / sampled if sampled else 1.0
     activity: list[HostActivity] = []
