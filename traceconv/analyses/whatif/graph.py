@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.prepare import GPU_WORK
@@ -34,12 +33,6 @@ class Coded:
 
     codes: npt.NDArray[np.int32]
     values: list[str | None]
-
-    @classmethod
-    def of(cls, col: pa.ChunkedArray | pa.Array) -> Coded:
-        enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-        codes = np.asarray(enc.indices.fill_null(-1).to_numpy(zero_copy_only=False), np.int32)
-        return cls(codes, enc.dictionary.to_pylist())
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -111,20 +104,43 @@ class Graph:
 def build(source: Source, steps: Steps) -> Graph:
     """The graph of the process whose steps ``steps`` are (its trace and process)."""
     where = _process(steps)
+    # Every string column comes as a code into one table of the distinct strings: the 16x bench
+    # export's 2M kernel names and 4.2M call names as strings were most of the graph's memory.
+    source.table(
+        "wi_strings",
+        "SELECT v, CAST(row_number() OVER () - 1 AS INTEGER) AS code FROM (SELECT DISTINCT v FROM ("
+        "SELECT CAST(name AS VARCHAR) AS v FROM events UNION ALL SELECT CAST(op_name AS VARCHAR) FROM events "
+        "UNION ALL SELECT CAST(kind AS VARCHAR) FROM events UNION ALL SELECT CAST(copy_kind AS VARCHAR) FROM events"
+        ") WHERE v IS NOT NULL)",
+    )
+    strings = source.arrow("SELECT v FROM wi_strings ORDER BY code")["v"].to_pylist()
+
+    def code(column: str, alias: str) -> tuple[str, str]:
+        """The select item and the join that give ``column``'s code (-1: null) as ``alias``."""
+        return (
+            f"coalesce({alias}.code, -1) AS {alias}",
+            f" LEFT JOIN wi_strings {alias} ON {alias}.v = CAST({column} AS VARCHAR)",
+        )
+
+    def coded(col: pa.ChunkedArray) -> Coded:
+        return Coded(np.asarray(col.to_numpy(zero_copy_only=False), np.int32), strings)
+
+    name_c, name_j = code("a.name", "c_name")
     calls = source.arrow(
-        "SELECT a.event_id, a.start_ns, coalesce(a.end_ns, a.start_ns) AS end_ns, a.name, "
+        f"SELECT a.event_id, a.start_ns, coalesce(a.end_ns, a.start_ns) AS end_ns, {name_c}, "
         "s.event_id IS NOT NULL AS sync, coalesce(s.staging, false) AS staging "
         f"FROM events a LEFT JOIN sync_calls s ON s.event_id = a.event_id AND s.trace_id = coalesce(a.trace_id, '') "
-        f"AND NOT s.activity WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL{where('a')} "
+        f"AND NOT s.activity{name_j} WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL{where('a')} "
         "ORDER BY a.start_ns, a.event_id"
     )
     ids = _ints(calls["event_id"])
+    columns = [code(f"g.{c}", f"c_{c}") for c in ("kind", "name", "copy_kind", "op_name")]
     gpu = source.arrow(
         "SELECT g.start_ns, g.end_ns, g.launch_event_id, coalesce(g.device, -1) AS device, "
-        "coalesce(g.stream, g.tid, -1) AS stream, g.kind, g.name, g.copy_kind, g.op_name, "
-        f"CASE WHEN g.kind IN ('memcpy', 'memset') THEN 1 WHEN {COMM} THEN 2 ELSE 0 END AS klass "
-        f"FROM events g WHERE {GPU_WORK.replace('kind', 'g.kind')} AND g.start_ns IS NOT NULL "
-        f"AND g.end_ns IS NOT NULL{where('g', gpu=True)} ORDER BY g.start_ns, g.event_id"
+        f"coalesce(g.stream, g.tid, -1) AS stream, {', '.join(c for c, _ in columns)}, "
+        f"CASE WHEN g.kind IN ('memcpy', 'memset') THEN 1 WHEN {COMM.replace('name', 'g.name')} THEN 2 ELSE 0 END "
+        f"AS klass FROM events g{''.join(j for _, j in columns)} WHERE {GPU_WORK.replace('kind', 'g.kind')} "
+        f"AND g.start_ns IS NOT NULL AND g.end_ns IS NOT NULL{where('g', gpu=True)} ORDER BY g.start_ns, g.event_id"
     )
     launch = _ints(gpu["launch_event_id"].fill_null(-1))
     at = np.searchsorted(np.sort(ids), launch)
@@ -133,18 +149,20 @@ def build(source: Source, steps: Steps) -> Graph:
     call = np.where(found, order[np.minimum(at, len(ids) - 1)], -1)
     device, stream = _ints(gpu["device"]), _ints(gpu["stream"])
     _, lane = np.unique(np.stack([device, stream], axis=1), axis=0, return_inverse=True)
+    op_c, op_j = code("r.name", "c_name")
     ops = source.arrow(
-        "SELECT r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, r.name FROM events r "
-        "LEFT JOIN labels l ON l.name = r.name WHERE r.kind IN ('cpu_op', 'nvtx') AND r.device IS NULL "
+        f"SELECT r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, {op_c} FROM events r "
+        f"LEFT JOIN labels l ON l.name = r.name{op_j} WHERE r.kind IN ('cpu_op', 'nvtx') AND r.device IS NULL "
         f"AND r.start_ns IS NOT NULL AND NOT coalesce(l.is_step, false){where('r', host=True)}"
     )
+    source.run("DROP TABLE wi_strings")
     op_start, op_end = _ints(ops["start_ns"]), _ints(ops["end_ns"])
     return Graph(
         calls=Calls(
             _ints(calls["start_ns"]),
             _ints(calls["end_ns"]),
             ids,
-            Coded.of(calls["name"]),
+            coded(calls["c_name"]),
             calls["sync"].to_numpy(zero_copy_only=False).astype(bool),
             calls["staging"].to_numpy(zero_copy_only=False).astype(bool),
         ),
@@ -155,14 +173,14 @@ def build(source: Source, steps: Steps) -> Graph:
             np.asarray(lane, np.int64).reshape(-1),
             device,
             _ints(gpu["klass"]),
-            Coded.of(gpu["kind"]),
-            Coded.of(gpu["name"]),
-            Coded.of(gpu["copy_kind"]),
-            Coded.of(gpu["op_name"]),
+            coded(gpu["c_kind"]),
+            coded(gpu["c_name"]),
+            coded(gpu["c_copy_kind"]),
+            coded(gpu["c_op_name"]),
         ),
         op_start=op_start,
         op_end=np.maximum(op_end, op_start),
-        op_name=Coded.of(ops["name"]),
+        op_name=coded(ops["c_name"]),
         ranges=I.union(op_start, np.maximum(op_end, op_start)),
         steps=steps,
     )
