@@ -141,3 +141,15 @@ def test_a_missing_input_exits_3_naming_it(tmp_path: Path, which: int) -> None:
     result = CliRunner().invoke(main, ["diff", *args])
     assert result.exit_code == 3
     assert result.output == f"traceconv: error: {args[which]}: does not exist; check the path\n"
+
+
+@pytest.mark.parametrize("profiler", ["pytorch", "nsys"])
+def test_fp32_gemms_moved_to_bf16_take_no_tensor_cores_away(profiler: str) -> None:
+    """The planted MLP in fp32 (its GEMMs on the CUDA cores) against the same MLP in bf16: the roofline's
+    finding goes, as the summaries of the two runs say on their own."""
+    ext = "json" if profiler == "pytorch" else "sqlite"
+    before, after = (fixture(f"planted/h200/{profiler}/mlp_{p}.{ext}", packed=True) for p in ("fp32", "bf16"))
+    d = diff_of(before, after)
+    codes = [{f["code"] for f in summary_of(p)["findings"]} for p in (before, after)]
+    assert "NO_TENSOR_CORES" in codes[0] and "NO_TENSOR_CORES" not in codes[1]
+    assert "NO_TENSOR_CORES" in d["delta"]["findings"]["gone"]

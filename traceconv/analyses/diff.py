@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from traceconv.analyses import compiled as C
 from traceconv.analyses import ranks as R
+from traceconv.analyses import roofline as RF
 from traceconv.analyses.compiled.families import FamilyChange, kernels_by_family, line_up
 from traceconv.analyses.finding import Finding, ordered
 from traceconv.analyses.metrics import Utilisation
@@ -42,7 +43,7 @@ from traceconv.analyses.results import (
 )
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
-from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, utilisation_of
+from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, roofline_windows, utilisation_of
 from traceconv.analyses.summary.findings import evaluate
 from traceconv.analyses.summary.measure import ScopeStats, measure
 from traceconv.analyses.summary.path import of_scope
@@ -101,7 +102,8 @@ def diff(
         assert scope is not None
         stats = measure(source, f, [scope], thresholds)[0][0]
         u = utilisation_of(source, stats if scope.name == "steps" else None)
-        found = evaluate(stats, thresholds, f.program, u)
+        roof = RF.roofline(source, roofline_windows(stats, f))  # NO_TENSOR_CORES and LOW_MFU, as in summary
+        found = evaluate(stats, thresholds, f.program, u, roof)
         found += [x for x in (recompiles(stats, C.compiled(source), thresholds, f.program),) if x is not None]
         sides.append(Side(stats, ordered(found + pr.findings) if pr is not None else found, u))
     notes = [
