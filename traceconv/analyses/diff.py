@@ -19,17 +19,10 @@ from traceconv.analyses import compiled as C
 from traceconv.analyses import ranks as R
 from traceconv.analyses import roofline as RF
 from traceconv.analyses.compiled.families import FamilyChange, kernels_by_family, line_up
-from traceconv.analyses.finding import Finding, ordered
-from traceconv.analyses.metrics import Utilisation
-from traceconv.analyses.prepare import as_source, prepare
-from traceconv.analyses.ranks.compare import RankChange, compare
-from traceconv.analyses.results import (
-    Bound,
+from traceconv.analyses.diff_results import (
     CopyChange,
     CopyTotals,
-    CriticalPath,
     DeviceChange,
-    DeviceTime,
     FindingChanges,
     KeptFinding,
     OpChange,
@@ -38,9 +31,12 @@ from traceconv.analyses.results import (
     SyncChanges,
     SyncShare,
     SyncShares,
-    SyncTally,
-    plain,
 )
+from traceconv.analyses.finding import Finding, ordered
+from traceconv.analyses.metrics import Utilisation
+from traceconv.analyses.prepare import as_source, prepare
+from traceconv.analyses.ranks.compare import RankChange, compare
+from traceconv.analyses.results import Bound, CriticalPath, DeviceTime, SyncTally, plain
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.summary import DEFAULT_TOP, facts_notes, roofline_windows, utilisation_of

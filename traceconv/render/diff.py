@@ -9,7 +9,8 @@ from dataclasses import asdict
 from typing import Any
 
 from traceconv.analyses.diff import DiffReport, report_dict
-from traceconv.analyses.results import SYNC_KINDS, CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare
+from traceconv.analyses.diff_results import CopyChange, CopyTotals, FindingChanges, SyncChange, SyncShare
+from traceconv.analyses.results import SYNC_KINDS
 from traceconv.names import kernel_label
 from traceconv.render.columns import Col
 from traceconv.render.path import path_change

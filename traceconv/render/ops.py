@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from traceconv.analyses.results import OpsDifference, OpsTable, OpStats
+from traceconv.analyses.key_averages.results import OpsDifference, OpsTable, OpStats
 from traceconv.names import fit
 from traceconv.render.columns import left_out
 from traceconv.render.ops_columns import TORCH_NAMES

@@ -25,7 +25,7 @@ from traceconv.analyses.key_averages import aggregate as A
 from traceconv.analyses.key_averages import native as N
 from traceconv.analyses.key_averages import pytorch as P
 from traceconv.analyses.key_averages.events import MEMORY, Events
-from traceconv.analyses.results import OpsTable, OpStats
+from traceconv.analyses.key_averages.results import OpsTable, OpStats
 from traceconv.errors import UsageError
 
 INPUT_COLUMNS = tuple(dict.fromkeys(("source", *P.INPUT_COLUMNS)))

@@ -18,7 +18,7 @@ import pandas as pd
 from traceconv.analyses.key_averages import stacks as ST
 from traceconv.analyses.key_averages import tree as T
 from traceconv.analyses.key_averages.events import GPU_ANNOTATION, I64, WHAT, Bools, Events, micros
-from traceconv.analyses.results import OpStats
+from traceconv.analyses.key_averages.results import OpStats
 
 _VALUES = (
     "self_cpu_ns",

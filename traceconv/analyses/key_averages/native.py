@@ -23,7 +23,7 @@ import numpy as np
 from traceconv.analyses.key_averages import aggregate as A
 from traceconv.analyses.key_averages import tree as T
 from traceconv.analyses.key_averages.events import ANNOTATION, MEMORY, OP, OVERHEAD, RUNTIME
-from traceconv.analyses.results import OpsDifference, OpStats
+from traceconv.analyses.key_averages.results import OpsDifference, OpStats
 from traceconv.units import ms, us
 
 _ROWS = (OP, ANNOTATION, MEMORY)

@@ -28,7 +28,8 @@ from traceconv.readers.pytorch.columns import ChunkContext, build
 from traceconv.readers.pytorch.cuts import Span
 from traceconv.readers.pytorch.damage import Damage
 from traceconv.readers.pytorch.decode import Decoded, decode_events
-from traceconv.readers.pytorch.links import LinkIndex, OpRows
+from traceconv.readers.pytorch.links import LinkIndex
+from traceconv.readers.pytorch.op_rows import OpRows
 from traceconv.readers.pytorch.pass2 import Done, GroupPool
 from traceconv.readers.pytorch.repair import RobustDecoder
 from traceconv.readers.pytorch.spill import SegmentFile, Spill, row_groups

@@ -4,7 +4,7 @@ Decoding JSON into Python objects holds the GIL, so threads cannot share it; for
 processes can. The main process keeps reading and cutting the trace (in file order) and
 hands each chunk to a worker; the worker decodes it and builds its unified columns exactly
 as the single-process path does, writes the table to a temporary Arrow file of its own (and
-the operator rows the link index takes later: ``links.OpRows``) and sends back the API call and
+the operator rows the link index takes later: ``op_rows.OpRows``) and sends back the API call and
 GPU rows the link index needs. When every worker already has its queue full,
 the main process converts the chunk itself, the same way (so on two cores: one worker and
 the main process). The main process takes the results in chunk order, so everything that
