@@ -51,6 +51,7 @@ JOBS: list[tuple[str, str, list[str], list[str]]] = [
     ("leak.fixed", "leak", ["--fixed"], []),
     ("fragmentation.fixed", "fragmentation", ["--fixed"], []),
     ("decode_graph_in", "decode_graph_in", [], []),
+    ("decode_graph_in_node", "decode_graph_in", [], NODE),
     ("tx_eager", "tx_eager", [], []),
     ("tx_compile", "tx_compile", [], []),
     ("tx_ro", "tx_ro", [], []),
