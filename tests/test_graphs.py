@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import lzma
+import sqlite3
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
 from typing import Any
 
+import numpy as np
 import pytest
 
 from traceconv.analyses.common import load
 from traceconv.analyses.graphs import Graphs, graphs
 from traceconv.analyses.prepare import INPUT_COLUMNS, as_source
 from traceconv.analyses.summary import as_dict, summarize
+from traceconv.readers.nsys.graph_nodes import node_origins
+from traceconv.readers.nsys.sql import Database
 
 from .conftest import FIXTURES, fixture
 
@@ -255,3 +259,23 @@ def test_the_summary_operator_table_counts_replays_for_their_capturing_operators
     addmm = ops["aten::addmm"]
     assert addmm["gpu_self_ns"] >= replayed > 0.5 * sum(d for *_, d, _ in truth) * 1e3
     assert addmm["gpu_total_ns"] >= addmm["gpu_self_ns"]
+
+
+def test_nsys_replayed_nodes_lead_back_to_the_calls_that_created_them() -> None:
+    """Node tracing: each replayed kernel's node, followed through its clones, was created inside a
+    launching call (the stream capture's) on the capturing thread, per the raw export."""
+    path = fixture("nsys/h200/graph_node.sqlite")
+    db = sqlite3.connect(path)
+    nodes = [r[0] for r in db.execute("SELECT graphNodeId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId > 0")]
+    calls = db.execute(
+        "SELECT r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+        "WHERE s.value LIKE '%LaunchKernel%'"
+    ).fetchall()
+    assert nodes and calls
+    origins = node_origins(Database(path))
+    assert origins is not None
+    gtid, time = origins.of(np.array(nodes, dtype=np.int64))
+    for g, t in zip(gtid.tolist(), time.tolist(), strict=True):
+        inside = [c for c in calls if c[2] == g and c[0] <= t <= c[1]]
+        assert len(inside) == 1, (g, t)
+    assert (gtid >= 0).all()

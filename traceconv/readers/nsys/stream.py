@@ -26,20 +26,22 @@ import pyarrow.compute as pc
 from traceconv import schema as S
 from traceconv.errors import InputError
 from traceconv.process import return_freed_memory
-from traceconv.readers.arrow_util import I64, identity
+from traceconv.readers.arrow_util import I64, identity, to_numpy
 from traceconv.readers.base import Progress, TraceInfo
 from traceconv.readers.nsys.batches import KeyOrder, Plan, Reads, Run, Unordered, plan
+from traceconv.readers.nsys.graph_nodes import NodeOrigins, node_origins
 from traceconv.readers.nsys.launches import Calls, LaunchIndex, nothing
 from traceconv.readers.nsys.links import Ranges, Vocabulary, launch_columns
 from traceconv.readers.nsys.meta import Names
 from traceconv.readers.nsys.nvtx import NVTX
-from traceconv.readers.nsys.parts import NO_TIME, Col, Part
+from traceconv.readers.nsys.parts import NO_TIME, NONE, Col, Part
 from traceconv.readers.nsys.sources import Context, Source
 from traceconv.readers.nsys.sql import Database
 from traceconv.readers.nsys.tables import CUDA_EVENT, GRAPH, KERNEL, MEMCPY, MEMSET, OSRT, RUNTIME, SYNC, sync_types
 
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET, SYNC, GRAPH, CUDA_EVENT)  # rows with a correlation id to a launching call
 GPU_ROWS = (KERNEL, MEMCPY, MEMSET)  # the schema's GPU kinds
+CAPTURED = "{:,} GPU rows replayed from CUDA graphs belong to the NVTX range around their graph node's creation"
 CONTRADICTED = (
     "{:,} synchronisation rows have a syncType code that contradicts "
     "their call (e.g. cudaStreamSynchronize coded as stream wait event): sync_type "
@@ -106,6 +108,7 @@ class Stream:
         # Set once a table is linked whole: the reading threads look up in what it leaves (the
         # NVTX ranges around calls, the calls that launched GPU work) only after that.
         self._linked = {NVTX: threading.Event(), RUNTIME: threading.Event()}
+        self._origins: NodeOrigins | None = None  # replayed graph nodes' creations (node tracing)
 
     def tables(self, sources: list[Source]) -> Iterator[pa.Table]:
         db = self.ctx.db
@@ -114,6 +117,8 @@ class Stream:
             if s.table in GPU_TABLES and RUNTIME in db.tables:
                 self._by_process[s.table] = _has_processes(db, s.table)
         self.calls = {by: LaunchIndex(by) for by in set(self._by_process.values())}
+        if any(s.table in GPU_ROWS for s in sources):
+            self._origins = node_origins(db)
         reads = Reads(db, plans, [partial(self._prepare, s, p) for s, p in zip(sources, plans, strict=True)])
         total, done = sum(p.span for p in plans), 0
         try:
@@ -153,7 +158,25 @@ class Stream:
             self._linked[RUNTIME].wait()
             index = self.calls[self._by_process[part.table]]
             named.calls = index.find(index.keys(part.corr, part.gpid)) if self._api_rows else nothing(part.n)
+            if self._origins is not None and "graph_node_id" in part.cols:
+                self._captured(part, named.calls)
         return named
+
+    def _captured(self, part: Part, calls: Calls) -> None:
+        """Replayed rows take the NVTX range around their node's creation (:mod:`.graph_nodes`),
+        where one was recorded; the others keep their launch's."""
+        assert self._origins is not None
+        gtid, time = self._origins.of(to_numpy(part.cols["graph_node_id"], NONE))
+        rows = np.flatnonzero(gtid >= 0)
+        if not len(rows):
+            return
+        eid, name = self.ranges.find(gtid[rows], time[rows])
+        found = eid >= 0
+        rows = rows[found]
+        calls["op_eid"], calls["op_name"] = calls["op_eid"].copy(), calls["op_name"].copy()
+        calls["op_eid"][rows], calls["op_name"][rows] = eid[found], name[found]
+        if len(rows):
+            part.tallies[CAPTURED] = part.tallies.get(CAPTURED, 0) + len(rows)
 
     def _release(self, to_come: set[str]) -> None:
         """Let the reading threads look up in the linked tables that are not ``to_come``."""
