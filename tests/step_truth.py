@@ -37,21 +37,30 @@ def _pace(steps: list[tuple[int, int]], gpu: list[tuple[int, int, int]]) -> dict
         begin = max(first_start, min(max(before), min(own)))
     starts = [begin, *ends[:-1]]
     gaps = [b - a for a, b in zip(starts, ends, strict=True)]
-    if len(gaps) > 2 and gaps[0] > 3 * statistics.median(gaps):  # warm-up, as docs/summary.md defines it
-        gaps, starts = gaps[1:], starts[1:]
-    lo, hi = starts[0], ends[-1]
-    spans = sorted((max(a, lo), min(b, hi)) for _, a, b in gpu if b > lo and a < hi)
-    busy, reach = 0, lo
-    for a, b in spans:
-        if b > reach:
-            busy += b - max(a, reach)
-            reach = b
+    median = statistics.median(gaps)
+    keep = [True] * len(gaps)
+    if len(gaps) > 2 and gaps[0] > 3 * median:  # warm-up, as docs/summary.md defines it
+        keep[0] = False
+    long = [k for k in range(len(gaps)) if keep[k] and gaps[k] > 3 * median]
+    if len(gaps) > 2 and 0 < len(long) <= max(1, int(len(gaps) * 0.1)):  # one-offs, as docs/summary.md says
+        for k in long:
+            keep[k] = False
+    windows = [(a, b) for a, b, k in zip(starts, ends, keep, strict=True) if k]
+    gaps = [b - a for a, b in windows]
+    busy = 0
+    for lo, hi in windows:
+        spans = sorted((max(a, lo), min(b, hi)) for _, a, b in gpu if b > lo and a < hi)
+        reach = lo
+        for a, b in spans:
+            if b > reach:
+                busy += b - max(a, reach)
+                reach = b
     ahead = statistics.median(
         max([g_end for launch, _, g_end in gpu if s <= launch < e], default=e) - e for s, e in steps
     )
     return {
         "step_ns": statistics.median(gaps) if gaps else None,
-        "busy_pct": busy * 100.0 / (hi - lo) if hi > lo else None,
+        "busy_pct": busy * 100.0 / sum(gaps) if sum(gaps) else None,
         "host_ahead_ns": ahead,
         "steps": len(steps),
     }

@@ -279,3 +279,76 @@ def test_nsys_replayed_nodes_lead_back_to_the_calls_that_created_them() -> None:
         inside = [c for c in calls if c[2] == g and c[0] <= t <= c[1]]
         assert len(inside) == 1, (g, t)
     assert (gtid >= 0).all()
+
+
+NODE_IN = "planted/h100/nsys/decode_graph_in_node.sqlite"
+WORK = ("LaunchKernel", "Memcpy", "Memset")
+
+
+def _nsys_captured(path: Path) -> tuple[list[str | None], list[list[int]]]:
+    """From the raw export: the NVTX range around each launch call of the stream capture (between
+    cudaStreamBeginCapture and cudaStreamEndCapture on the capturing thread, in order), and each
+    replay's GPU rows (correlation id of its cudaGraphLaunch) as their node ids in start order."""
+    db = sqlite3.connect(path)
+    calls = db.execute(
+        "SELECT r.start, r.end, r.globalTid, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "JOIN StringIds s ON s.id = r.nameId ORDER BY r.start"
+    ).fetchall()
+    begin = next(c for c in calls if c[3].startswith("cudaStreamBeginCapture"))
+    end = next(c for c in calls if c[3].startswith("cudaStreamEndCapture"))
+    captured = [c for c in calls if begin[0] < c[0] < end[0] and c[2] == begin[2] and any(w in c[3] for w in WORK)]
+    ranges = db.execute(
+        "SELECT n.start, n.end, coalesce(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE n.end IS NOT NULL AND n.globalTid = ?",
+        (begin[2],),
+    ).fetchall()
+
+    def around(start: int, stop: int) -> str | None:
+        inside = [r for r in ranges if r[0] <= start and r[1] >= stop]
+        return max(inside)[2] if inside else None  # the innermost: the latest to start
+
+    ops = [around(c[0], c[1]) for c in captured]
+    rows = db.execute(
+        "SELECT correlationId, start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphNodeId IS NOT NULL "
+        "UNION ALL SELECT correlationId, start FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE graphNodeId IS NOT NULL "
+        "ORDER BY 1, 2"
+    ).fetchall()
+    replays: dict[int, list[int]] = defaultdict(list)
+    for corr, start in rows:
+        replays[corr].append(start)
+    return ops, list(replays.values())
+
+
+def test_nsys_node_tracing_gives_each_replayed_row_the_operator_that_captured_it() -> None:
+    """The decoder's graph captured in the profile's second step under Nsight Systems (node tracing,
+    an NVTX range per operator): the i-th row of every replay belongs to the range around the i-th
+    launch call of the capture."""
+    path = fixture(NODE_IN, packed=True)
+    ops, replays = _nsys_captured(path)
+    assert len(ops) == 148 and all(op is not None and op.startswith("aten::") for op in ops)
+    assert len(replays) == 11 and {len(r) for r in replays} == {148}
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("ev", load(path, columns=INPUT_COLUMNS))
+    got = con.sql(
+        "SELECT CAST(k.op_name AS VARCHAR) AS op, CAST(l.op_name AS VARCHAR) AS launch_op FROM ev k "
+        "JOIN ev l ON l.event_id = k.launch_event_id WHERE k.kind IN ('kernel', 'memcpy') "
+        "AND k.launch_name LIKE '%GraphLaunch%' ORDER BY k.correlation_id, k.start_ns"
+    ).df()
+    assert got["op"].tolist() == ops * len(replays)
+    assert got["launch_op"].str.startswith("step_").all()  # the launch keeps the range around it
+
+
+def test_nsys_whole_graphs_and_node_tracing_agree_with_the_capture_in_the_profile() -> None:
+    """The same program traced whole and node by node: the capture step is a one-off, left out of
+    both; the same step time, busy share and findings (none of medium or high severity)."""
+    sw, sn = (
+        as_dict(summarize(load(fixture(r, packed=True), columns=INPUT_COLUMNS)))
+        for r in ("planted/h100/nsys/decode_graph_in_whole.sqlite", NODE_IN)
+    )
+    for s in (sw, sn):
+        assert s["steps"]["count"] == 10  # 12 less the eager warm-up and the capture
+        assert not [f["code"] for f in s["findings"] if f["severity"] in ("high", "medium")]
+    assert sn["steps"]["median_ns"] == pytest.approx(sw["steps"]["median_ns"], rel=0.05)
+    assert sn["bound"]["gpu_busy_pct"] == pytest.approx(sw["bound"]["gpu_busy_pct"], abs=10)

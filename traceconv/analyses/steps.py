@@ -16,8 +16,11 @@ is the pace at which steps complete: the GPU's when the host runs ahead, the hos
 waits for it. How far the host ran ahead is the median of each step's GPU end less its host end.
 
 A first step over :data:`WARMUP_FACTOR` times the median of all steps is warm-up (compilation,
-allocator growth, cuDNN autotuning) and is left out of the per-step figures, with a note; other
-steps that far from the median are reported as outliers and kept.
+allocator growth, cuDNN autotuning) and is left out of the per-step figures, with a note. So are
+later steps that long when they are one-offs, at most :data:`ONE_OFF_SHARE` of the steps (one at
+least): a CUDA graph captured, a region compiled, a checkpoint written in the middle of the
+profile; the per-step figures describe the steady state, and a note names them. Other steps that
+far from the median (shorter ones, or long ones that recur) are reported as outliers and kept.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from traceconv.units import ms
 
 STEP_PATTERN = r"^(ProfilerStep#|(train[_ ]?)?step[ _#:-]?|iter(ation)?[ _#:-]?)\d+$"
 WARMUP_FACTOR = 3.0
+ONE_OFF_SHARE = 0.1  # long steps left out as one-offs: at most this share of the steps
 AHEAD_NOTE_PCT = 10.0  # the host's lead is said in a note from this share of the step time
 
 
@@ -87,6 +91,7 @@ class Steps:
     gpu_end_ns: I.I64
     launched: I.Bools
     warmup_ns: int | None = None  # the length of the first step when it was left out as warm-up
+    one_offs: list[tuple[str, int]] = field(default_factory=list)  # (step name, length) left out as one-offs
     outliers: list[tuple[str, int]] = field(default_factory=list)  # (step name, length) far from the median
     trace_id: str | None = None  # the trace and process of the steps' thread
     pid: int | None = None
@@ -121,6 +126,12 @@ class Steps:
             out.append(
                 f"the first step ({ms(self.warmup_ns)}, over {WARMUP_FACTOR:g}x the median) is warm-up: "
                 f"left out of the per-step figures, which cover the other {self.count}"
+            )
+        if self.one_offs:
+            listed = ", ".join(f"{name} {ms(dur)}" for name, dur in self.one_offs)
+            out.append(
+                f"{listed}: over {WARMUP_FACTOR:g}x the median step and a one-off (a CUDA graph captured, a "
+                "region compiled, a checkpoint written): left out of the per-step figures"
             )
         if self.outliers:
             listed = ", ".join(f"{name} {ms(dur)}" for name, dur in self.outliers[:5])
@@ -207,6 +218,10 @@ def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
     if len(dur) > 2 and dur[0] > WARMUP_FACTOR * median:
         warmup, keep[0] = int(dur[0]), False
     names = np.asarray(host.names, dtype=object)
+    long = keep & (dur > WARMUP_FACTOR * median)
+    one_offs = np.zeros(len(dur), np.bool_)
+    if len(dur) > 2 and 0 < long.sum() <= max(1, int(len(dur) * ONE_OFF_SHARE)):
+        one_offs, keep = long, keep & ~long
     far = keep & ((dur > WARMUP_FACTOR * median) | (dur * WARMUP_FACTOR < median))
     return Steps(
         label=host.label,
@@ -218,6 +233,7 @@ def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
         gpu_end_ns=gpu.gpu_end_ns[keep],
         launched=gpu.launched[keep],
         warmup_ns=warmup,
+        one_offs=[(str(n), int(d)) for n, d in zip(names[one_offs], dur[one_offs], strict=True)],
         outliers=[(str(n), int(d)) for n, d in zip(names[far], dur[far], strict=True)],
         trace_id=host.trace_id,
         pid=host.pid,

@@ -28,7 +28,7 @@ class Thresholds:
     mfu_known_pct: float = 50.0  # ... when the FLOPs of at least this % of the matrix kernels' time are known
     mfu_roof_pct: float = 50.0  # LOW_MFU's saving: tensor-core kernels' time beyond this % of their roofs
     RECOMPILES: float = 20.0  # % of the steps in which Dynamo compiles (2 steps at least)
-    LOW_SM_ACTIVITY: float = 50.0  # mean SMs Active % (GPU metrics) in the steps, reported *below* this ...
+    LOW_SM_ACTIVITY: float = 50.0  # SMs Active % (GPU metrics) while the GPU runs work, reported *below* this ...
     sm_busy_pct: float = 5.0  # ... when the GPUs are busy with kernels, copies or memsets this % of the time or more
     gpu_bound_pct: float = 80.0  # GPU busy share at which the verdict is "gpu-bound"
     min_kernels: float = 10.0  # kernels needed before QUEUE_WAIT, LOW_OCCUPANCY and TINY_KERNELS are judged

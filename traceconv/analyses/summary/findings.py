@@ -299,15 +299,28 @@ LIMITERS = {
 
 
 def low_sm_activity(stats: ScopeStats, u: Utilisation, t: Thresholds, program: Program) -> Finding | None:
-    """SMs Active (mean of the samples in the scope) below the threshold while the GPUs run work;
-    the saving: the busy time in which the SMs were not active."""
+    """SMs Active while the GPU runs kernels below the threshold: the samples' mean in the scope over
+    the share of the scope in which the GPU ran kernels (idle time is the idle findings', copies use
+    no SM); the saving: the kernels' time in which the SMs were not active."""
     active = {d: m["sm_active_pct"] for d, m in u.items() if "sm_active_pct" in m}
     window = sum(d.window_ns for d in stats.gpu.values())
     busy = sum(d.busy_ns for d in stats.gpu.values()) * 100.0 / window if window else 0.0
     if not active or busy < t.sm_busy_pct or stats.launch.kernels < t.min_kernels:
         return None
-    device = min(active, key=lambda d: active[d])
-    value = active[device]
+
+    # The kernels' time per GPU (the scope's kernel table is per name: shared evenly where several)
+    kernel_ns = stats.kernels["dur_ns"].sum() / max(len(stats.gpu), 1)
+
+    def while_busy(device: str) -> float:
+        """SMs Active over the share of the window in which kernels ran (copies keep no SM busy)."""
+        g = stats.gpu.get(device)
+        if g is None or not g.window_ns:
+            return min(active[device] * 100.0 / max(busy, 1e-9), 100.0)
+        ran = min(g.busy_ns, kernel_ns) * 100.0 / g.window_ns
+        return min(active[device] * 100.0 / max(ran, 1e-9), 100.0)
+
+    device = min(active, key=while_busy)
+    value = while_busy(device)
     if value >= t.LOW_SM_ACTIVITY:
         return None
     m = u[device]
@@ -317,12 +330,12 @@ def low_sm_activity(stats: ScopeStats, u: Utilisation, t: Thresholds, program: P
     avg = stats.kernels["dur_ns"].sum() / max(f.kernels, 1)
     per = per_of(stats)
     dev_busy = stats.gpu[device].busy_ns if device in stats.gpu else sum(d.busy_ns for d in stats.gpu.values())
-    saving = dev_busy / max(stats.scope.steps, 1) * (1.0 - value / 100.0)
+    saving = min(dev_busy, kernel_ns) / max(stats.scope.steps, 1) * (1.0 - value / 100.0)
     msg = (
-        f"SMs active {value:.1f}% of the time on GPU {device} {where(stats)} (GPU metrics{issue}{warps}) while "
-        f"the GPU runs work {busy:.0f}% of the time: {f.kernels:,} kernels of {us(avg)} on average leave most SMs "
-        f"without a block; kernels that filled the SMs would win up to {ms(saving)} a step "
-        f"({per.pct(saving):.0f}%). Fix: {fix('LOW_SM_ACTIVITY', program)}"
+        f"SMs active {value:.1f}% of the time GPU {device} runs kernels {where(stats)} (GPU metrics: "
+        f"{active[device]:.1f}% of the time{issue}{warps}; the GPU runs work {busy:.0f}% of the time): "
+        f"{f.kernels:,} kernels of {us(avg)} on average leave most SMs without a block; kernels that filled the "
+        f"SMs would win up to {ms(saving)} a step ({per.pct(saving):.0f}%). Fix: {fix('LOW_SM_ACTIVITY', program)}"
     )
     return timed("LOW_SM_ACTIVITY", value, t.LOW_SM_ACTIVITY, msg, per, saving)
 
