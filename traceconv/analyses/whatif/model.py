@@ -95,7 +95,6 @@ def critical_path(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> CriticalPath
         gpu=(t.gpu_start, t.gpu_end, g.gpu.klass),
         queued=I.union(*_queued(g, t)),
         waits=I.union(t.call_start[waits], t.call_end[waits]),
-        calls=I.union(t.call_start, t.call_end),
         ops=g.ranges,
     )
     parts = P.per_step(spans, starts, ends)
