@@ -50,6 +50,7 @@ def whatif(
         raise UsageError(None, f"--rank {rank}: the input holds one rank", "leave --rank out, or add the other ranks")
     change, matched = CH.parse(m.graph, removes, scales)
     after = replay(m.graph, m.prepared, change)
+    del change  # its arrays, a few per call, are done with: the critical paths need the room
     before_w = step_windows(m, m.base)
     after_w = step_windows(m, after)
     measured = m.measured_ns

@@ -91,7 +91,6 @@ class _Prepared:
     tail: I.I64  # per waiting call: from the end of what it waited for to its own end
     lanes_of_device: dict[int, list[int]]  # the streams (lanes) of each device
     dep: I.I64  # per GPU row: the collective on another stream it waited for (-1: none)
-    dep_gap: I.I64  # per GPU row: from that collective's end to its own start
     schedule: Schedule  # the order the rows are replayed in
 
 
@@ -118,12 +117,11 @@ def prepare(g: Graph) -> _Prepared:
         g, launched & ~by_stream & (since_call > 2 * usual_launch + DEP_GAP_NS), call_at + usual_launch
     )
     ready = np.where(dep >= 0, np.minimum(usual_launch, since_call), ready)
-    dep_gap = np.where(dep >= 0, r.start - r.end[np.maximum(dep, 0)], 0)
     waits, target, device_wide, tail = _waits(g)
     lanes: dict[int, list[int]] = {}
     for dev, ln in set(zip(r.device.tolist(), r.lane.tolist(), strict=True)):
         lanes.setdefault(int(dev), []).append(int(ln))
-    return _Prepared(ready, gap, waits, target, device_wide, tail, lanes, dep, dep_gap, schedule(g, waits, dep))
+    return _Prepared(ready, gap, waits, target, device_wide, tail, lanes, dep, schedule(g, waits, dep))
 
 
 def _collective_waits(g: Graph, late: I.Bools, usual_start: I.I64) -> I.I64:
@@ -317,7 +315,8 @@ def _special(
     free = lanes.launch[lo:hi] + np.where(lanes.launched[lo:hi], shift, 0)
     dep = p.dep[rows]
     for j in np.flatnonzero(dep >= 0).tolist():
-        free[j] = max(int(free[j]), known[int(dep[j])] + int(p.dep_gap[rows[j]]))
+        gap = int(g.gpu.start[rows[j]] - g.gpu.end[dep[j]])  # from the collective's end to its own start
+        free[j] = max(int(free[j]), known[int(dep[j])] + gap)
         dep_free[lo + j] = int(free[j])
     ready = free if lanes.release is None else np.maximum(free, lanes.release[lo:hi])
     best = np.maximum(np.maximum.accumulate(ready + lanes.dur[lo:hi] - lanes.total[lo:hi]), was)
