@@ -10,8 +10,9 @@ that call's start to the row's start where the launch bound it) and its stream a
 of the row before it on its stream, plus the gap between them where the stream bound it). Each
 row keeps, of the trace, the constraint that bound it; the other is taken at its usual value.
 Replayed with no change, every time is the trace's own: the replay's errors are only those of
-the change. Rows are replayed segment by segment between the calls that wait, each segment in
-numpy (a stream's rows by a running maximum of cumulative sums).
+the change. Rows are replayed segment by segment between the calls that wait (:mod:`.schedule`:
+a segment moves each stream's running maximum by one number, and every row's times come from one
+pass over the streams once the waits are known).
 
 A row that waited on the GPU for a collective on another stream of its device (DDP's optimizer
 after the gradients' all-reduce, through an event the trace does not name) is found by its time:
