@@ -60,6 +60,7 @@ class Input:
     big: bool = False  # only tools that stream run on it (whole-document tools need ~8x its size)
     missing: str = ""
     optional: bool = False  # not in shared/: made on a GPU machine
+    steps: str = ""  # --steps REGEX for the analyses of steps, where the input's names are not the default's
 
 
 @dataclass
@@ -74,9 +75,12 @@ class Tool:
     streams: bool = False  # runs on big inputs too
     argv: list[str] = field(default_factory=list)  # its own command line instead of runner.py
 
-    def command(self, src: Path, out: Path) -> list[str]:
+    def command(self, src: Path, out: Path, steps: str = "") -> list[str]:
         if self.argv:
-            return [a.replace("{in}", str(src)).replace("{out}", str(out)) for a in self.argv]
+            argv = [a for a in self.argv if a != "{steps}"]
+            if steps and "{steps}" in self.argv:
+                argv += ["--steps", steps]
+            return [a.replace("{in}", str(src)).replace("{out}", str(out)) for a in argv]
         py = PRODUCT / "python" if self.venv == "product" else ALT / "bin" / "python"
         return [str(py), str(RUNNER), self.fn, str(src), str(out)]
 
@@ -111,6 +115,10 @@ def tools(sqlite3_cli: str | None) -> list[Tool]:
         Tool("traceconv", "traceconv summary, TRACECONV_MEMORY=512MB", "parquet", streams=True,
              argv=["env", "TRACECONV_MEMORY=512MB", tc, "summary", "{in}"]),
         Tool("traceconv", "traceconv kernels", "parquet", streams=True, argv=[tc, "kernels", "{in}"]),
+        Tool("traceconv", "traceconv summary --format json (the steps' critical path)", "parquet", streams=True,
+             argv=[tc, "summary", "{in}", "--format", "json", "{steps}"]),
+        Tool("traceconv", "traceconv whatif --remove syncs --format json", "parquet", streams=True,
+             argv=[tc, "whatif", "{in}", "--remove", "syncs", "--format", "json", "{steps}"]),
         Tool("duckdb", "DuckDB: four group-bys on the Parquet", "parquet", "duckdb_group_bys", streams=True),
         Tool("duckdb", "DuckDB sqlite scanner: event tables + StringIds copied to Parquet", "sqlite",
              "duckdb_copy_tables", "alt", "duckdb_extension_sqlite_scanner", streams=True),
@@ -146,8 +154,9 @@ def prepare_inputs(shared: Path, wanted: set[str] | None) -> list[Input]:
         # The Parquet of four of them (made by traceconv): what the analyses' rows read.
         Input("pq", DATA / "big.parquet", "parquet"),
         Input("pq16", DATA / "big_x16.parquet", "parquet", big=True),
-        Input("pqtrain", DATA / "big_train.parquet", "parquet"),
-        Input("pqx4", DATA / "big_train_x4.parquet", "parquet", big=True),
+        # big_train marks no steps of the default names: its iterations begin with a `forward` range.
+        Input("pqtrain", DATA / "big_train.parquet", "parquet", steps="^forward$"),
+        Input("pqx4", DATA / "big_train_x4.parquet", "parquet", big=True, steps="^forward$"),
         Input("ranks", DATA / "ddp_x20", "ranks"),
         # Other shapes, held back from shared/ (made on the H200 by .gpu/big_shapes.py, see
         # bench/README.md): measured when present in bench/data/, "n/a" otherwise.
@@ -355,7 +364,7 @@ def bench(tool: Tool, src: Input, runs: int, timeout: float, unavailable: str) -
     for i in range(runs):
         out_dir = Path(tempfile.mkdtemp(prefix="run-", dir=DATA))
         try:
-            run = measure(tool.command(src.path, out_dir), timeout, out_dir)
+            run = measure(tool.command(src.path, out_dir, src.steps), timeout, out_dir)
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
         print(f"  {tool.label} on {src.path.name} [{i + 1}/{runs}]: {run.wall:.2f} s, "
@@ -440,6 +449,23 @@ def analysis_targets(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
     return "\n".join(lines)
 
 
+def whatif_targets(rows: list[tuple[Tool, Input, Run | None, str]]) -> str:
+    """Issue 47's ratios: the what-if's critical path against the summary's (its JSON, the same steps),
+    time and peak memory, on each Parquet input that has both."""
+    got = {(t.label, i.key): r for t, i, r, _ in rows if r is not None and r.ok}
+    lines = []
+    for key in ("pq16", "pqtrain", "pqx4"):
+        wi = got.get(("traceconv whatif --remove syncs --format json", key))
+        base = got.get(("traceconv summary --format json (the steps' critical path)", key))
+        if wi and base:
+            lines.append(
+                f"- whatif on {key}: {wi.wall / base.wall:.2f}x the time of its summary (target <= 2x), "
+                f"{wi.pss_mib / max(base.pss_mib, 1):.2f}x its peak PSS, {wi.rss_mib / max(base.rss_mib, 1):.2f}x "
+                "its peak RSS (target: flat, <= 1.3x)"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and input; the median is shown")
@@ -477,7 +503,7 @@ def main() -> None:
 
     head = (f"traceconv bench, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} CPUs, "
             f"{platform.python_version()}; median of {runs} run(s), whole processes\n\n{versions()}\n")  # fmt: skip
-    targets = "\n".join(t for t in (nsys_targets(rows), analysis_targets(rows)) if t)
+    targets = "\n".join(t for t in (nsys_targets(rows), analysis_targets(rows), whatif_targets(rows)) if t)
     text = head + "\n" + table(rows) + "\n" + (f"\n{targets}\n" if targets else "")
     print(text)
     on_curve = [i for i in inputs if i.key in set(args.curve.split(",")) and (only is None or "traceconv" in only)]

@@ -19,13 +19,13 @@ import pyarrow as pa
 
 from traceconv.analyses.prepare import as_source, prepare
 from traceconv.analyses.ranks import several
-from traceconv.analyses.results import plain
+from traceconv.analyses.results import CriticalPath, plain
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.whatif import changes as CH
 from traceconv.analyses.whatif.job import whatif_ranks
-from traceconv.analyses.whatif.model import Model, critical_path, model, pace, step_windows
-from traceconv.analyses.whatif.replay import Change, replay
+from traceconv.analyses.whatif.model import Model, critical_path, model, pace, step_windows, unchanged
+from traceconv.analyses.whatif.replay import Change, Timeline, replay
 from traceconv.analyses.whatif.result import RankStep, WhatIf
 from traceconv.errors import UsageError
 
@@ -48,25 +48,24 @@ def whatif(
     m = model(source, step_pattern, facts)
     if rank is not None:
         raise UsageError(None, f"--rank {rank}: the input holds one rank", "leave --rank out, or add the other ranks")
-    change, matched = CH.parse(m.graph, removes, scales)
-    after = replay(m.graph, m.prepared, change)
-    before_w = step_windows(m, m.base)
-    after_w = step_windows(m, after)
+    # One replay at a time: each holds a few numbers per call and GPU row.
+    count, replayed, path = _measured(m, unchanged(m))
+    after, matched = _changed(m, removes, scales)
+    _, moved, predicted_path = _measured(m, after)
     measured = m.measured_ns
-    replayed = pace(m, m.base, before_w)
-    predicted = measured + pace(m, after, after_w) - replayed  # the replay's own error cancels
+    predicted = measured + moved - replayed  # the replay's own error cancels
     notes = [n for c in matched for n in c.notes]
     if replayed != measured:
         notes.append(f"the unchanged replay gives {replayed:,} ns a step against {measured:,} measured")
     return WhatIf(
         source=m.facts.source,
-        steps=len(before_w[0]),
+        steps=count,
         step_ns=measured,
         predicted_step_ns=predicted,
         saving_ns=measured - predicted,
         saving_pct=round((measured - predicted) * 100.0 / measured, 1) if measured else 0.0,
-        critical_path=critical_path(m, m.base, before_w),
-        predicted_critical_path=critical_path(m, after, after_w),
+        critical_path=path,
+        predicted_critical_path=predicted_path,
         changed=matched,
         notes=notes,
     )
@@ -75,7 +74,19 @@ def whatif(
 def predict(m: Model, change: Change) -> int:
     """The median step with ``change`` (for the findings' savings)."""
     after = replay(m.graph, m.prepared, change)
-    return m.measured_ns + pace(m, after, step_windows(m, after)) - pace(m, m.base, step_windows(m, m.base))
+    return m.measured_ns + pace(m, after, step_windows(m, after)) - m.replayed_ns
+
+
+def _changed(m: Model, removes: list[str], scales: list[str]) -> tuple[Timeline, list[CH.Matched]]:
+    """The graph replayed with the changes asked for, and what each matched (the change itself let go)."""
+    change, matched = CH.parse(m.graph, removes, scales)
+    return replay(m.graph, m.prepared, change), matched
+
+
+def _measured(m: Model, t: Timeline) -> tuple[int, int, CriticalPath]:
+    """A replayed timeline's steps: how many, their pace, and the critical path."""
+    w = step_windows(m, t)
+    return len(w[0]), pace(m, t, w), critical_path(m, t, w)
 
 
 def as_dict(r: WhatIf) -> dict[str, Any]:

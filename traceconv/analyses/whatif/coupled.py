@@ -35,7 +35,8 @@ from traceconv.analyses.ranks import units as U
 from traceconv.analyses.source import Source
 from traceconv.analyses.whatif.graph import Graph
 from traceconv.analyses.whatif.model import Model, classify, model
-from traceconv.analyses.whatif.replay import NONE, Change, Floors, Timeline, replay
+from traceconv.analyses.whatif.replay import Change, Floors, Timeline, replay
+from traceconv.analyses.whatif.schedule import NONE
 from traceconv.errors import UsageError
 
 MAX_ROUNDS = 64  # each round settles at least one more collective of the chain

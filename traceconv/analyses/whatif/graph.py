@@ -11,7 +11,7 @@ synchronous copy, a pageable copy being staged (the call returns only after its 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +63,6 @@ class Calls:
 
     start: I.I64
     end: I.I64
-    event_id: I.I64
     name: Coded
     sync: I.Bools  # a blocking synchronisation (cuda*Synchronize, synchronous cudaMemcpy)
     staging: I.Bools  # a sync that waits for a pageable HtoD copy to be staged (or the copy call itself)
@@ -114,75 +113,113 @@ def build(source: Source, steps: Steps) -> Graph:
         ") WHERE v IS NOT NULL)",
     )
     strings = source.arrow("SELECT v FROM wi_strings ORDER BY code")["v"].to_pylist()
-
-    def code(column: str, alias: str) -> tuple[str, str]:
-        """The select item and the join that give ``column``'s code (-1: null) as ``alias``."""
-        return (
-            f"coalesce({alias}.code, -1) AS {alias}",
-            f" LEFT JOIN wi_strings {alias} ON {alias}.v = CAST({column} AS VARCHAR)",
+    calls, ids = _calls(source, where, strings)
+    gpu = _gpu(source, where, strings, ids)
+    del ids
+    op_c, op_j = _code("r.name", "c_name")
+    ops = _Columns(
+        source.batches(
+            f"SELECT r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, {op_c} FROM events r "
+            f"LEFT JOIN labels l ON l.name = r.name{op_j} WHERE r.kind IN ('cpu_op', 'nvtx') AND r.device IS NULL "
+            f"AND r.start_ns IS NOT NULL AND NOT coalesce(l.is_step, false){where('r', host=True)}"
         )
-
-    def coded(col: pa.ChunkedArray) -> Coded:
-        return Coded(np.asarray(col.to_numpy(zero_copy_only=False), np.int32), strings)
-
-    name_c, name_j = code("a.name", "c_name")
-    calls = source.arrow(
-        f"SELECT a.event_id, a.start_ns, coalesce(a.end_ns, a.start_ns) AS end_ns, {name_c}, "
-        "s.event_id IS NOT NULL AS sync, coalesce(s.staging, false) AS staging "
-        f"FROM events a LEFT JOIN sync_calls s ON s.event_id = a.event_id AND s.trace_id = coalesce(a.trace_id, '') "
-        f"AND NOT s.activity{name_j} WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL{where('a')} "
-        "ORDER BY a.start_ns, a.event_id"
-    )
-    ids = _ints(calls["event_id"])
-    columns = [code(f"g.{c}", f"c_{c}") for c in ("kind", "name", "copy_kind", "op_name")]
-    gpu = source.arrow(
-        "SELECT g.start_ns, g.end_ns, g.launch_event_id, coalesce(g.device, -1) AS device, "
-        f"coalesce(g.stream, g.tid, -1) AS stream, {', '.join(c for c, _ in columns)}, "
-        f"CASE WHEN g.kind IN ('memcpy', 'memset') THEN 1 WHEN {COMM.replace('name', 'g.name')} THEN 2 ELSE 0 END "
-        f"AS klass FROM events g{''.join(j for _, j in columns)} WHERE {GPU_WORK.replace('kind', 'g.kind')} "
-        f"AND g.start_ns IS NOT NULL AND g.end_ns IS NOT NULL{where('g', gpu=True)} ORDER BY g.start_ns, g.event_id"
-    )
-    launch = _ints(gpu["launch_event_id"].fill_null(-1))
-    at = np.searchsorted(np.sort(ids), launch)
-    order = np.argsort(ids, kind="stable")
-    found = (at < len(ids)) & (ids[order[np.minimum(at, len(ids) - 1)]] == launch)
-    call = np.where(found, order[np.minimum(at, len(ids) - 1)], -1)
-    device, stream = _ints(gpu["device"]), _ints(gpu["stream"])
-    _, lane = np.unique(np.stack([device, stream], axis=1), axis=0, return_inverse=True)
-    op_c, op_j = code("r.name", "c_name")
-    ops = source.arrow(
-        f"SELECT r.start_ns, coalesce(r.end_ns, r.start_ns) AS end_ns, {op_c} FROM events r "
-        f"LEFT JOIN labels l ON l.name = r.name{op_j} WHERE r.kind IN ('cpu_op', 'nvtx') AND r.device IS NULL "
-        f"AND r.start_ns IS NOT NULL AND NOT coalesce(l.is_step, false){where('r', host=True)}"
     )
     source.run("DROP TABLE wi_strings")
-    op_start, op_end = _ints(ops["start_ns"]), _ints(ops["end_ns"])
+    op_start, op_end = ops.ints("start_ns"), ops.ints("end_ns")
     return Graph(
-        calls=Calls(
-            _ints(calls["start_ns"]),
-            _ints(calls["end_ns"]),
-            ids,
-            coded(calls["c_name"]),
-            calls["sync"].to_numpy(zero_copy_only=False).astype(bool),
-            calls["staging"].to_numpy(zero_copy_only=False).astype(bool),
-        ),
-        gpu=Gpu(
-            _ints(gpu["start_ns"]),
-            _ints(gpu["end_ns"]),
-            call.astype(np.int64),
-            np.asarray(lane, np.int64).reshape(-1),
-            device,
-            _ints(gpu["klass"]),
-            coded(gpu["c_kind"]),
-            coded(gpu["c_name"]),
-            coded(gpu["c_copy_kind"]),
-            coded(gpu["c_op_name"]),
-        ),
+        calls=calls,
+        gpu=gpu,
         op_start=op_start,
         op_end=np.maximum(op_end, op_start),
-        op_name=coded(ops["c_name"]),
+        op_name=ops.coded("c_name", strings),
         ranges=I.union(op_start, np.maximum(op_end, op_start)),
         steps=steps,
+    )
+
+
+class _Columns:
+    """A query's result read a batch at a time into arrays, each column joined when taken: neither
+    DuckDB's whole result nor an Arrow table of it is held beside the arrays made of it."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self._parts: dict[str, list[np.ndarray]] = {}
+        for batch in batches:
+            for name, col in zip(batch.schema.names, batch.columns, strict=True):
+                self._parts.setdefault(name, []).append(col.to_numpy(zero_copy_only=False))
+
+    def _take(self, name: str, dtype: type) -> np.ndarray:
+        parts = self._parts.pop(name, [])
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+    def ints(self, name: str) -> I.I64:
+        out: I.I64 = self._take(name, np.int64)
+        return out
+
+    def bools(self, name: str) -> I.Bools:
+        out: I.Bools = self._take(name, np.bool_)
+        return out
+
+    def coded(self, name: str, strings: list[str | None]) -> Coded:
+        return Coded(self._take(name, np.int32), strings)
+
+
+def _code(column: str, alias: str) -> tuple[str, str]:
+    """The select item and the join that give ``column``'s code into ``wi_strings`` (-1: null) as ``alias``."""
+    return (
+        f"coalesce({alias}.code, -1) AS {alias}",
+        f" LEFT JOIN wi_strings {alias} ON {alias}.v = CAST({column} AS VARCHAR)",
+    )
+
+
+def _calls(source: Source, where: Callable[..., str], strings: list[str | None]) -> tuple[Calls, I.I64]:
+    """The process's CUDA calls, and their event ids (for the GPU rows' launches)."""
+    name_c, name_j = _code("a.name", "c_name")
+    calls = _Columns(
+        source.batches(
+            f"SELECT a.event_id, a.start_ns, coalesce(a.end_ns, a.start_ns) AS end_ns, {name_c}, "
+            "s.event_id IS NOT NULL AS sync, coalesce(s.staging, false) AS staging FROM events a "
+            "LEFT JOIN sync_calls s ON s.event_id = a.event_id AND s.trace_id = coalesce(a.trace_id, '') "
+            f"AND NOT s.activity{name_j} WHERE a.kind = 'cuda_api' AND a.start_ns IS NOT NULL{where('a')} "
+            "ORDER BY a.start_ns, a.event_id"
+        )
+    )
+    ids = calls.ints("event_id")
+    start, end, name = calls.ints("start_ns"), calls.ints("end_ns"), calls.coded("c_name", strings)
+    return Calls(start, end, name, calls.bools("sync"), calls.bools("staging")), ids
+
+
+def _gpu(source: Source, where: Callable[..., str], strings: list[str | None], ids: I.I64) -> Gpu:
+    """The GPU rows, each with the index of its launching call among the calls (event ids ``ids``)."""
+    columns = [_code(f"g.{c}", f"c_{c}") for c in ("kind", "name", "copy_kind", "op_name")]
+    gpu = _Columns(
+        source.batches(
+            "SELECT g.start_ns, g.end_ns, coalesce(g.launch_event_id, -1) AS launch_event_id, "
+            f"coalesce(g.device, -1) AS device, coalesce(g.stream, g.tid, -1) AS stream, "
+            f"{', '.join(c for c, _ in columns)}, CASE WHEN g.kind IN ('memcpy', 'memset') THEN 1 "
+            f"WHEN {COMM.replace('name', 'g.name')} THEN 2 ELSE 0 END AS klass FROM events g"
+            f"{''.join(j for _, j in columns)} WHERE {GPU_WORK.replace('kind', 'g.kind')} AND g.start_ns IS NOT NULL "
+            f"AND g.end_ns IS NOT NULL{where('g', gpu=True)} ORDER BY g.start_ns, g.event_id"
+        )
+    )
+    launch = gpu.ints("launch_event_id")
+    call = np.full(len(launch), -1, np.int64)
+    if len(ids):
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], launch), len(ids) - 1)
+        found = ids[order[at]] == launch
+        call[found] = order[at[found]]
+    device = gpu.ints("device")
+    return Gpu(
+        gpu.ints("start_ns"),
+        gpu.ints("end_ns"),
+        call,
+        _lanes(device, gpu.ints("stream")),
+        device,
+        gpu.ints("klass"),
+        gpu.coded("c_kind", strings),
+        gpu.coded("c_name", strings),
+        gpu.coded("c_copy_kind", strings),
+        gpu.coded("c_op_name", strings),
     )
 
 
@@ -201,6 +238,17 @@ def _process(steps: Steps) -> Callable[..., str]:
         return out
 
     return where
+
+
+def _lanes(device: I.I64, stream: I.I64) -> I.I64:
+    """Each row's (device, stream) as a number, the pairs numbered in their sorted order (as
+    ``np.unique(..., axis=0)`` numbers them, which sorts rows of a 2-column array several times slower)."""
+    if not len(device):
+        return np.zeros(0, np.int64)
+    _, dev = np.unique(device, return_inverse=True)
+    streams, st = np.unique(stream, return_inverse=True)
+    _, lane = np.unique(dev.astype(np.int64) * len(streams) + st, return_inverse=True)
+    return np.asarray(lane, np.int64).reshape(-1)
 
 
 def _ints(col: object) -> I.I64:

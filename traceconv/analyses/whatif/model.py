@@ -7,6 +7,7 @@ them (each from the previous step's completion to its own).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,17 +30,25 @@ TOP_ITEMS = 5
 
 @dataclass(frozen=True)
 class Model:
-    """An input ready to be replayed: its facts, graph and what the replay needs."""
+    """An input ready to be replayed: its facts, graph and what the replay needs. The graph replayed
+    unchanged is made where it is needed (:func:`unchanged`), not kept: it holds a few numbers per
+    call and GPU row, as much as a changed replay."""
 
     facts: Facts
     graph: Graph
     prepared: Any
-    base: Timeline
 
     @property
     def measured_ns(self) -> int:
         """The median step as the program lived it."""
         return self.facts.steps.median_ns if self.facts.steps is not None else 0
+
+    @functools.cached_property
+    def replayed_ns(self) -> int:
+        """The steps' pace in the graph replayed unchanged: what a prediction is measured against,
+        so that the replay's own error cancels."""
+        base = unchanged(self)
+        return pace(self, base, step_windows(self, base))
 
 
 def model(
@@ -57,8 +66,12 @@ def model(
     g = build(source, facts.steps)
     if not len(g.gpu.start):
         raise UsageError(None, "the steps' process launched no GPU work", "profile with CUDA activities on")
-    p = prepare_replay(g)
-    return Model(facts, g, p, replay(g, p, Change.none(g)))
+    return Model(facts, g, prepare_replay(g))
+
+
+def unchanged(m: Model) -> Timeline:
+    """The graph replayed without a change: the trace's own times, but for the replay's errors."""
+    return replay(m.graph, m.prepared, Change.none(m.graph))
 
 
 def classify(source: Source) -> None:
@@ -95,7 +108,6 @@ def critical_path(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> CriticalPath
         gpu=(t.gpu_start, t.gpu_end, g.gpu.klass),
         queued=I.union(*_queued(g, t)),
         waits=I.union(t.call_start[waits], t.call_end[waits]),
-        calls=I.union(t.call_start, t.call_end),
         ops=g.ranges,
     )
     parts = P.per_step(spans, starts, ends)

@@ -24,12 +24,11 @@ LONG_GAP_NS = 200_000  # as the summary's launch_gap_us: a shorter idle gap is l
 @dataclass(frozen=True)
 class Spans:
     """What the path is read from: the GPU rows (by class: 0 compute, 1 copy, 2 communication), their
-    queued spans, the host's waits and CUDA calls, and its operators (sorted, disjoint unions)."""
+    queued spans, the host's waits, and its operators (sorted, disjoint unions)."""
 
     gpu: tuple[I.I64, I.I64, I.I64]  # start, end, class
     queued: tuple[I.I64, I.I64]
     waits: tuple[I.I64, I.I64]
-    calls: tuple[I.I64, I.I64]
     ops: tuple[I.I64, I.I64]
 
 

@@ -10,8 +10,9 @@ that call's start to the row's start where the launch bound it) and its stream a
 of the row before it on its stream, plus the gap between them where the stream bound it). Each
 row keeps, of the trace, the constraint that bound it; the other is taken at its usual value.
 Replayed with no change, every time is the trace's own: the replay's errors are only those of
-the change. Rows are replayed segment by segment between the calls that wait, each segment in
-numpy (a stream's rows by a running maximum of cumulative sums).
+the change. Rows are replayed segment by segment between the calls that wait (:mod:`.schedule`:
+a segment moves each stream's running maximum by one number, and every row's times come from one
+pass over the streams once the waits are known).
 
 A row that waited on the GPU for a collective on another stream of its device (DDP's optimizer
 after the gradients' all-reduce, through an event the trace does not name) is found by its time:
@@ -34,10 +35,10 @@ import numpy as np
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.whatif.graph import Graph
+from traceconv.analyses.whatif.schedule import NONE, Schedule, along_lanes, group_max, lane_maximum, schedule
 
 NO_WAIT_NS = 3_000  # what a sync costs the host when it has nothing to wait for (at most its own time)
 DEVICE_WIDE = ("Device", "Ctx", "Thread")  # syncs that wait for every stream of the device
-NONE = np.iinfo(np.int64).min // 2  # no previous row
 DEP_GAP_NS = 10_000  # a row that starts this soon after a collective on another stream ended waited for it
 
 
@@ -91,7 +92,7 @@ class _Prepared:
     tail: I.I64  # per waiting call: from the end of what it waited for to its own end
     lanes_of_device: dict[int, list[int]]  # the streams (lanes) of each device
     dep: I.I64  # per GPU row: the collective on another stream it waited for (-1: none)
-    dep_gap: I.I64  # per GPU row: from that collective's end to its own start
+    schedule: Schedule  # the order the rows are replayed in
 
 
 def prepare(g: Graph) -> _Prepared:
@@ -117,12 +118,11 @@ def prepare(g: Graph) -> _Prepared:
         g, launched & ~by_stream & (since_call > 2 * usual_launch + DEP_GAP_NS), call_at + usual_launch
     )
     ready = np.where(dep >= 0, np.minimum(usual_launch, since_call), ready)
-    dep_gap = np.where(dep >= 0, r.start - r.end[np.maximum(dep, 0)], 0)
     waits, target, device_wide, tail = _waits(g)
     lanes: dict[int, list[int]] = {}
     for dev, ln in set(zip(r.device.tolist(), r.lane.tolist(), strict=True)):
         lanes.setdefault(int(dev), []).append(int(ln))
-    return _Prepared(ready, gap, waits, target, device_wide, tail, lanes, dep, dep_gap)
+    return _Prepared(ready, gap, waits, target, device_wide, tail, lanes, dep, schedule(g, waits, dep))
 
 
 def _collective_waits(g: Graph, late: I.Bools, usual_start: I.I64) -> I.I64:
@@ -180,98 +180,148 @@ def _waits(g: Graph) -> tuple[I.I64, I.I64, I.Bools, I.I64]:
 
 
 def replay(g: Graph, p: _Prepared, change: Change, floors: Floors | None = None) -> Timeline:
-    c, r = g.calls, g.gpu
-    n = len(c.start)
+    c, r, s = g.calls, g.gpu, p.schedule
     host_before = np.cumsum(change.host) + np.concatenate(([0], np.cumsum(change.call)[:-1]))
-    call_start = np.empty(n, np.int64)
-    call_end = np.empty(n, np.int64)
-    gpu_start = r.start.copy()
-    gpu_end = r.end.copy()
     dur = np.rint((r.end - r.start) * change.gpu).astype(np.int64)
     release = None
     if floors is not None and len(floors.rows):
         dur[floors.rows] = floors.dur
         release = np.full(len(r.start), NONE, np.int64)
         release[floors.rows] = floors.release
-    lane_end: dict[int, int] = {}
-    by_call = np.argsort(np.where(r.call >= 0, r.call, np.searchsorted(c.start, r.start)), kind="stable")
-    row_call = np.where(r.call >= 0, r.call, np.searchsorted(c.start, r.start))[by_call]
-    shift = 0  # what the waits so far moved the host by
-    first = 0
-    held = r.call[(p.dep >= 0) & (r.call > 0)] - 1  # a segment ends before each call whose row waits for a collective
-    bounds = sorted({*[int(w) for w in p.waits], *[int(h) for h in held], n - 1})
-    wait_at = {int(w): k for k, w in enumerate(p.waits)}
-    for last in bounds:
-        seg = slice(first, last + 1)
-        call_start[seg] = c.start[seg] + host_before[seg] + shift
-        call_end[seg] = c.end[seg] + host_before[seg] + change.call[seg] + shift
-        lo, hi = np.searchsorted(row_call, [first, last + 1])
-        rows = by_call[lo:hi]
-        if len(rows):
-            _run_rows(r, p, rows, call_start, dur, (gpu_start, gpu_end), lane_end, release)
-        if last in wait_at:
-            k, w = wait_at[last], last
-            call_end[w] = _returns(g, p, k, w, call_start, lane_end, change)
-            shift = int(call_end[w] - c.end[w] - host_before[w])
-        first = last + 1
+    rows = s.rows
+    lanes = _Lanes.of(g, p, s, rows, dur, host_before, release)
+    shifts, returned, dep_free = _segments(g, p, s, lanes, change, host_before)
+    call_shift = np.asarray(shifts, np.int64)[s.seg_of_call]
+    call_start = c.start + host_before + call_shift
+    call_end = c.end + host_before + change.call + call_shift
+    call_end[p.waits[: len(returned)]] = returned
+    free = lanes.launch + np.where(lanes.launched, np.asarray(shifts, np.int64)[s.seg], 0)
+    for at, value in dep_free.items():
+        free[at] = value
+    ready = free if lanes.release is None else np.maximum(free, lanes.release)
+    end = lanes.total + np.maximum(lane_maximum(s, ready + lanes.dur - lanes.total), NONE)
+    gpu_start = r.start.copy()
+    gpu_end = r.end.copy()
+    gpu_end[rows] = end
+    gpu_start[rows] = end - lanes.dur
+    if lanes.release is not None:  # a held row starts (arrives) where its stream reached it
+        held = np.flatnonzero(lanes.release != NONE)
+        prev = np.full(len(rows), NONE, np.int64)
+        prev[s.by_lane[1:]] = end[s.by_lane[:-1]]
+        prev[s.by_lane[s.lane_starts[:-1]]] = NONE
+        arrived = np.maximum(free[held], prev[held] + p.gap[rows[held]])
+        gpu_start[rows[held]] = np.minimum(arrived, end[held] - lanes.dur[held])
     return Timeline(call_start, call_end, gpu_start, gpu_end)
 
 
-def _returns(
-    g: Graph, p: _Prepared, k: int, w: int, call_start: I.I64, lane_end: dict[int, int], change: Change
-) -> int:
-    """When waiting call ``w`` returns in the replay: when what it waited for (its stream's rows
-    launched so far, or its device's) has ended, plus the trace's tail; at once if it no longer waits."""
-    c, r = g.calls, g.gpu
-    own = int(c.end[w] - c.start[w])
-    t = int(p.target[k])
-    if t < 0:  # it did not wait in the trace either
-        return int(call_start[w]) + own
-    alone = int(call_start[w]) + min(own, NO_WAIT_NS)
-    if change.no_wait[w]:
-        return alone
-    if p.device_wide[k]:
-        done = max(lane_end.get(int(ln), 0) for ln in p.lanes_of_device[int(r.device[t])])
-    else:
-        done = lane_end.get(int(r.lane[t]), 0)
-    return max(alone, done + int(p.tail[k]))
+@dataclass(frozen=True)
+class _Lanes:
+    """The replayed rows' numbers, per position in the schedule: their launch as if the host did not
+    move (their launching call's start plus the launch's delay; a row with no call: its start), the
+    running sum ``T`` of ``gap + dur`` along the lane, and per group the largest ``launch + dur - T``
+    of its launched rows (they move with the host) and of the others (they do not)."""
 
+    launch: I.I64
+    launched: I.Bools
+    dur: I.I64
+    total: I.I64
+    release: I.I64 | None
+    moving: list[int]
+    fixed: list[int]
+    total_last: list[int]
 
-def _run_rows(
-    r: object,
-    p: _Prepared,
-    rows: I.I64,
-    call_start: I.I64,
-    dur: I.I64,
-    out: tuple[I.I64, I.I64],
-    lane_end: dict[int, int],
-    release: I.I64 | None = None,
-) -> None:
-    """The rows launched by one segment's calls, stream by stream: ``start = max(ready, previous end
-    + gap)``, as ``end_j = P_j + max(E0, max_{k<=j}(ready_k + d_k - P_k))`` with ``P`` the running sum
-    of ``gap + d``. A row with a ``release`` is ready no earlier than it, and starts (arrives) where
-    it would have without it."""
-    gpu_start, gpu_end = out
-    call, lane = r.call[rows], r.lane[rows]  # type: ignore[attr-defined]
-    launch = np.where(call >= 0, call_start[np.maximum(call, 0)] + p.ready[rows], r.start[rows])  # type: ignore[attr-defined]
-    dep = p.dep[rows]
-    ready: I.I64 = np.where(dep >= 0, np.maximum(launch, gpu_end[np.maximum(dep, 0)] + p.dep_gap[rows]), launch)
-    for ln in np.unique(lane):
-        mine = rows[lane == ln]
-        order = np.argsort(r.start[mine], kind="stable")  # type: ignore[attr-defined]
-        mine = mine[order]
-        free = ready[lane == ln][order]
-        rd = free if release is None else np.maximum(free, release[mine])
-        d = dur[mine]
-        step = p.gap[mine] + d
-        total = np.cumsum(step)
-        e0 = lane_end.get(int(ln), NONE)
-        best = np.maximum.accumulate(rd + d - total)
-        end = total + np.maximum(best, e0)
-        gpu_end[mine] = end
-        gpu_start[mine] = end - d
+    @classmethod
+    def of(
+        cls, g: Graph, p: _Prepared, s: Schedule, rows: I.I64, dur: I.I64, host_before: I.I64, rel: I.I64 | None
+    ) -> _Lanes:
+        c, r = g.calls, g.gpu
+        call = r.call[rows]
+        launched = call >= 0
+        at = np.maximum(call, 0)
+        launch = np.where(launched, c.start[at] + host_before[at] + p.ready[rows], r.start[rows])
+        d = dur[rows]
+        total = along_lanes(s, p.gap[rows] + d)
+        w = launch + d - total
+        fixed_w = np.where(launched, NONE, w)
+        release = None if rel is None else rel[rows]
         if release is not None:
-            held = release[mine] != NONE
-            arrived = np.maximum(free, np.r_[e0, end[:-1]] + p.gap[mine])
-            gpu_start[mine[held]] = np.minimum(arrived[held], (end - d)[held])
-        lane_end[int(ln)] = int(end[-1])
+            fixed_w = np.maximum(fixed_w, np.where(release != NONE, release + d - total, NONE))
+        moving = group_max(s, np.where(launched, w, NONE))
+        last = total[s.group[1:] - 1].tolist()
+        return cls(launch, launched, d, total, release, moving, group_max(s, fixed_w), last)
+
+
+def _segments(
+    g: Graph, p: _Prepared, s: Schedule, lanes: _Lanes, change: Change, host_before: I.I64
+) -> tuple[list[int], list[int], dict[int, int]]:
+    """Segment by segment: the host's shift in each, when each waiting call returns, and the ready
+    time of each row that waits for a collective (its position in the schedule: the time)."""
+    c, r = g.calls, g.gpu
+    w = p.waits
+    own = (c.end[w] - c.start[w]).tolist()
+    at_start = (c.start[w] + host_before[w]).tolist()
+    at_end = (c.end[w] + host_before[w]).tolist()
+    target, tail, wide, no_wait = p.target.tolist(), p.tail.tolist(), p.device_wide.tolist(), change.no_wait[w].tolist()
+    target_lane = r.lane[np.maximum(p.target, 0)].tolist()
+    target_device = r.device[np.maximum(p.target, 0)].tolist()
+    best: dict[int, int] = {}  # per lane: the running maximum of ready + dur - T, so far
+    last_total: dict[int, int] = {}  # per lane: T at its last row so far
+    known: dict[int, int] = {}  # the replayed end of each row that others wait for (by row)
+    dep_free: dict[int, int] = {}
+    shifts: list[int] = []
+    returned: list[int] = []
+    shift = 0
+    for k, wait in enumerate(s.wait_of):
+        shifts.append(shift)
+        for gi in range(s.seg_groups[k], s.seg_groups[k + 1]):
+            ln = s.group_lane[gi]
+            was = best.get(ln, NONE)
+            if s.special[gi]:
+                best[ln] = _special(g, p, s, lanes, gi, shift, was, known, dep_free)
+            else:
+                best[ln] = max(was, lanes.moving[gi] + shift, lanes.fixed[gi])
+            last_total[ln] = lanes.total_last[gi]
+        if wait < 0:
+            continue
+        start = at_start[wait] + shift
+        if target[wait] < 0:  # it did not wait in the trace either
+            back = start + own[wait]
+        elif no_wait[wait]:
+            back = start + min(own[wait], NO_WAIT_NS)
+        else:
+            lns = p.lanes_of_device[target_device[wait]] if wide[wait] else [target_lane[wait]]
+            done = max(last_total[ln] + best[ln] if ln in best else 0 for ln in lns)
+            back = max(start + min(own[wait], NO_WAIT_NS), done + tail[wait])
+        returned.append(back)
+        shift = back - at_end[wait]
+    return shifts, returned, dep_free
+
+
+def _special(
+    g: Graph,
+    p: _Prepared,
+    s: Schedule,
+    lanes: _Lanes,
+    gi: int,
+    shift: int,
+    was: int,
+    known: dict[int, int],
+    dep_free: dict[int, int],
+) -> int:
+    """A group that holds a row waiting for a collective, or one waited for, row by row: its rows
+    that wait start no earlier than their collective's end (plus the trace's gap), and the ends of
+    those waited for are kept. The lane's running maximum after it."""
+    lo, hi = int(s.group[gi]), int(s.group[gi + 1])
+    rows = s.rows[lo:hi]
+    free = lanes.launch[lo:hi] + np.where(lanes.launched[lo:hi], shift, 0)
+    dep = p.dep[rows]
+    for j in np.flatnonzero(dep >= 0).tolist():
+        gap = int(g.gpu.start[rows[j]] - g.gpu.end[dep[j]])  # from the collective's end to its own start
+        free[j] = max(int(free[j]), known[int(dep[j])] + gap)
+        dep_free[lo + j] = int(free[j])
+    ready = free if lanes.release is None else np.maximum(free, lanes.release[lo:hi])
+    best = np.maximum(np.maximum.accumulate(ready + lanes.dur[lo:hi] - lanes.total[lo:hi]), was)
+    a, b = np.searchsorted(s.waited, [lo, hi])
+    for at in s.waited[a:b].tolist():
+        known[int(s.rows[at])] = int(lanes.total[at] + best[at - lo])
+    return int(best[-1])
