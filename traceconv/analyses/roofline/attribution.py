@@ -162,9 +162,15 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     dtypes: list[str | None] = [None] * (ops + 1)
     has = key >= 0
     first = pd.Series(np.arange(len(key)))[has].groupby(key[has]).first()
-    texts, args = frame["op"].to_numpy(), frame["args"].to_numpy()
-    for k, row in zip(first.index.to_numpy(), first.to_numpy(), strict=True):
-        found = F.work(str(texts[row]), _text(args[row]))
+    texts, args = frame["op"].astype("category"), frame["args"].to_numpy()
+    # the calls of the operators whose work is counted, by their text's code
+    counted = np.array([F.counted(str(t)) for t in texts.cat.categories] + [False], dtype=bool)
+    rows = first.to_numpy()
+    kept = counted[texts.cat.codes.to_numpy()[rows]]
+    names = texts.to_numpy()
+    seen: dict[bytes, F.Work | None] = {}
+    for k, row in zip(first.index.to_numpy()[kept], rows[kept], strict=True):
+        found = F.work(str(names[row]), _text(args[row]), seen)
         if found is not None:
             flops[k], elements[k], dtypes[k] = found.flops, found.elements, found.dtype
     at = np.where(has, key, ops)
