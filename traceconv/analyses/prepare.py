@@ -10,6 +10,7 @@ one name (``ProfilerStep#*``), and ``emit_nvtx``'s per-call suffixes dropped.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.source import Source, literal
+from traceconv.analyses.source import Source, literal, one_of
 from traceconv.analyses.steps import STEP_PATTERN, HostSteps, Launched, Steps, host_steps, lived, step_label, step_regex
 
 RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
@@ -151,8 +152,7 @@ def op_label(name: str) -> str:
 
 def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list[str]]:
     """Every name of a host range or an ``op_name``, with the name it is grouped by."""
-    ops = source.arrow("SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL")["op_name"].to_pylist()
-    names = sorted({n for _, n in host_names(source) if n is not None} | set(ops))
+    names = sorted({n for _, n in host_names(source) if n is not None} | set(op_names(source)))
     grouped = [op_label(n) for n in names]
     grouped = [step_label(g) if step_re.search(g) else g for g in grouped]
     steps = [bool(step_re.search(n)) for n in names]  # a step by its own name
@@ -167,6 +167,17 @@ def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list
         }
     )
     return frame, distinct
+
+
+def op_names(source: Source) -> list[str]:
+    """Every distinct ``op_name`` (the operators GPU rows and CUDA calls came from), read once per Source."""
+
+    def read() -> list[str]:
+        got = source.arrow("SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL")["op_name"].to_pylist()
+        return [str(n) for n in got]
+
+    names: list[str] = source.kept("op_names", read)
+    return names
 
 
 def _step_ranges(source: Source, last_end: int | None) -> pd.DataFrame:
@@ -268,11 +279,37 @@ def _program(source: Source, sources: str) -> Program:
     """PyTorch or another CUDA program, and whether it already replays CUDA graphs (``sources``: the
     input's, as :func:`_source` says)."""
     hosts = host_names(source)
-    gpu = source.arrow("SELECT DISTINCT name FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')")
-    names = [n for _, n in hosts] + gpu["name"].to_pylist()
+    names = [n for _, n in hosts] + [n for k, n, _ in gpu_names(source) if k in GPU_KINDS]
     api = [n for k, n in hosts if k == "cuda_api"]
     torch = "pytorch" in sources or any(_PYTORCH.search(str(n)) for n in names if n is not None)
     return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api if n))
+
+
+def gpu_names(source: Source) -> list[tuple[str, str | None, str | None]]:
+    """Each distinct (kind, name, launch call's name) of the GPU work, read once per Source: what the
+    analyses test names against (communication kernels, graph launches, Triton kernels)."""
+
+    def read() -> list[tuple[str, str | None, str | None]]:
+        launch = "launch_name" if source.has("launch_name") else "NULL"
+        rows = source.arrow(
+            f"SELECT DISTINCT CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) AS name, CAST({launch} AS VARCHAR) "
+            f"AS launch FROM events WHERE {GPU_WORK}"
+        ).to_pylist()
+        return [(str(r["kind"]), r["name"], r["launch"]) for r in rows]
+
+    got: list[tuple[str, str | None, str | None]] = source.kept("gpu_names", read)
+    return got
+
+
+def launch_names(source: Source, test: Callable[[str], bool]) -> list[str]:
+    """The launch calls' names of the GPU work that pass ``test``."""
+    return sorted({n for _, _, n in gpu_names(source) if n is not None and test(n)})
+
+
+def graph_replayed(source: Source, column: str = "launch_name") -> str:
+    """SQL: whether a GPU row's launch (``column``: its name) is a graph's, a call named
+    ``^(cuda|hip|cu)Graph(Launch|Replay)`` (false, not null, where it has none)."""
+    return f"coalesce({one_of(column, launch_names(source, lambda n: bool(_GRAPH_LAUNCH.match(n))))}, false)"
 
 
 def as_source(data: pa.Table | Source) -> Source:

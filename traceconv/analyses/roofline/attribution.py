@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.graphs import GRAPH_LAUNCH
+from traceconv.analyses.graphs import graph_launched
 from traceconv.analyses.prepare import op_label
 from traceconv.analyses.roofline import flops as F
 from traceconv.analyses.roofline import tensor_cores as T
@@ -41,7 +41,7 @@ def read(source: Source) -> pd.DataFrame:
     linked = "k.launch_start_ns IS NOT NULL" if launched else "FALSE"
     replay = "NULL::BIGINT"
     if source.has("launch_name"):
-        replay = f"CASE WHEN k.launch_name LIKE '{GRAPH_LAUNCH}' THEN k.launch_event_id END"
+        replay = f"CASE WHEN {graph_launched(source, 'k.launch_name')} THEN k.launch_event_id END"
     # Kernel names by code (a few thousand distinct names, millions of kernels): the names once, not
     # a string per kernel (470 MB of them for the 16x bench export's 2M kernels)
     source.table(
