@@ -146,8 +146,13 @@ def step_rows(k: pd.DataFrame, step: np.ndarray, dur_ns: np.ndarray, gpus: int, 
     """Per window (``step``: each kernel's window, -1 outside): FLOPs per GPU, time, TFLOP/s and MFU."""
     inside = step >= 0
     flops = np.bincount(step[inside], weights=k["flops"].to_numpy()[inside], minlength=len(dur_ns)) / max(gpus, 1)
-    out = []
-    for i, (f, ns) in enumerate(zip(flops, dur_ns, strict=True)):
-        tflops = f / ns / 1e3 if ns > 0 else 0.0
-        out.append(StepRoof(i, int(ns), round(f), round(tflops, 2), round(tflops * 100 / peak, 2) if peak else None))
-    return out
+    ns = np.asarray(dur_ns)
+    tflops = np.zeros(len(ns), np.float64)
+    np.divide(flops, ns, out=tflops, where=ns > 0)
+    tflops /= 1e3
+    rate = np.round(tflops, 2).tolist()
+    mfu = np.round(tflops * 100 / peak, 2).tolist() if peak else [None] * len(ns)
+    return [
+        StepRoof(i, d, round(f), r, m)
+        for i, (d, f, r, m) in enumerate(zip(ns.tolist(), flops.tolist(), rate, mfu, strict=True))
+    ]
