@@ -25,7 +25,8 @@ RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
 OP_KINDS = ("cpu_op", "nvtx")
 GPU_KINDS = ("kernel", "memcpy", "memset")
 # GPU work: the GPU rows, and CUDA graphs that Nsight Systems traced whole (one row an execution).
-GPU_WORK = "kind IN ('kernel', 'memcpy', 'memset', 'graph')"
+GPU_WORK_KINDS = (*GPU_KINDS, "graph")
+GPU_WORK = f"kind IN {GPU_WORK_KINDS}"
 NO_OP = "(no operator)"
 _EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
 _PYTORCH = re.compile(r"^(aten::|ProfilerStep#|autograd::|torch\.)|at::native::|at::cuda::|\bc10::")
@@ -283,6 +284,17 @@ def _program(source: Source, sources: str) -> Program:
     api = [n for k, n in hosts if k == "cuda_api"]
     torch = "pytorch" in sources or any(_PYTORCH.search(str(n)) for n in names if n is not None)
     return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api if n))
+
+
+def kind_counts(source: Source) -> dict[str | None, int]:
+    """The rows of each kind, read once per Source."""
+
+    def read() -> dict[str | None, int]:
+        rows = source.arrow("SELECT CAST(kind AS VARCHAR) AS kind, count(*) AS n FROM events GROUP BY kind").to_pylist()
+        return {r["kind"]: int(r["n"]) for r in rows}
+
+    got: dict[str | None, int] = source.kept("kind_counts", read)
+    return got
 
 
 def gpu_names(source: Source) -> list[tuple[str, str | None, str | None]]:
