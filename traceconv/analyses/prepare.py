@@ -80,10 +80,7 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     source.register("labels", names)
     host = host_span(source)
     last_end = host["last"]
-    gpu = source.arrow(
-        "SELECT min(start_ns) AS first, max(end_ns) AS last, max(coalesce(launch_start_ns, start_ns)) "
-        "FILTER (WHERE kind <> 'sync') AS anchor FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'sync')"
-    ).to_pylist()[0]
+    gpu, spans = _gpu_extents(source)
     last_anchor = gpu["anchor"]
     sources = _source(source)
     return Facts(
@@ -95,7 +92,7 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
         label_names=label_names,
         last_end=int(last_end) if last_end is not None else 0,
         last_anchor=int(last_anchor) if last_anchor is not None else None,
-        gpu_spans=gpu_spans(source),
+        gpu_spans=spans,
     )
 
 
@@ -198,14 +195,34 @@ STEP_BUCKETS = 4  # time buckets a step, on average, for the join of the GPU row
 DEVICE = "coalesce(CAST(device AS VARCHAR), 'unknown')"
 
 
-def gpu_spans(source: Source) -> dict[str, tuple[int, int]]:
-    """Per device, from the start of its first GPU work to the end of its last: where its busy and
-    idle time are measured without steps."""
-    rows = source.arrow(
-        f"SELECT {DEVICE} AS dev, min(start_ns) AS s, max(end_ns) AS e FROM events "
-        f"WHERE {GPU_WORK} AND start_ns IS NOT NULL AND end_ns IS NOT NULL GROUP BY ALL"
+def _gpu_extents(source: Source) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """The first start and last end of the GPU and sync rows and the latest anchor of the GPU rows (the
+    launch's start, else the row's own; graphs traced whole aside); and per device, from the start of
+    its first GPU work to the end of its last (where its busy and idle time are measured without
+    steps). One read of the GPU rows per kind, name, launch call and device, which also gives
+    :func:`gpu_names` its names."""
+    done = "start_ns IS NOT NULL AND end_ns IS NOT NULL"
+    launch = "launch_name" if source.has("launch_name") else "NULL"
+    groups = source.arrow(
+        f"SELECT CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) AS name, CAST({launch} AS VARCHAR) AS launch, "
+        f"{DEVICE} AS dev, min(start_ns) AS first, max(end_ns) AS last, "
+        f"max(coalesce(launch_start_ns, start_ns)) AS anchor, min(start_ns) FILTER (WHERE {done}) AS s, "
+        f"max(end_ns) FILTER (WHERE {done}) AS e FROM events WHERE kind IN {(*GPU_WORK_KINDS, 'sync')} GROUP BY ALL"
     ).to_pylist()
-    return {str(r["dev"]): (int(r["s"]), int(r["e"])) for r in rows}
+    work = [g for g in groups if g["kind"] != "sync"]
+    source.kept("gpu_names", lambda: sorted({(str(g["kind"]), g["name"], g["launch"]) for g in work}, key=str))
+    rows = [g for g in groups if g["kind"] != "graph"]  # the GPU and sync rows
+    extents = {
+        "first": min((v for g in rows if (v := g["first"]) is not None), default=None),
+        "last": max((v for g in rows if (v := g["last"]) is not None), default=None),
+        "anchor": max((v for g in rows if g["kind"] != "sync" and (v := g["anchor"]) is not None), default=None),
+    }
+    spans: dict[str, tuple[int, int]] = {}
+    for g in work:
+        if g["s"] is not None:
+            s, e = spans.get(str(g["dev"]), (g["s"], g["e"]))
+            spans[str(g["dev"])] = (int(min(s, g["s"])), int(max(e, g["e"])))
+    return extents, spans
 
 
 def find(source: Source, ranges: pd.DataFrame) -> Steps | None:
