@@ -185,7 +185,8 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     )
     if calls is not None:
         with L.launch_lookup(source, calls) as call_pid:
-            LG.gpu_pass(source, calls, traces[0], _nodes(f"({_launched(source, call_pid)})", "tree_ranges", call_pid), call_pid)
+            nodes = _nodes(f"({_launched(source, call_pid)})", "tree_ranges", call_pid)
+            LG.gpu_pass(source, calls, traces[0], nodes, call_pid)
         return ranges_query(), traces
     _gpu_nodes(source)
     _per_range_sums(source)

@@ -62,7 +62,8 @@ def scope_groups(source: Source, withins: list[Within]) -> str:
 def _rows(source: Source) -> str:
     """The GPU rows with ``api``: a kernel's own launch call's time (none for a kernel replayed from a
     graph: one call launches them all)."""
-    return f"SELECT *, CASE WHEN replayed THEN NULL ELSE launch_end_ns - launch_start_ns END AS api FROM ({_gpu(source)})"
+    api = "CASE WHEN replayed THEN NULL ELSE launch_end_ns - launch_start_ns END"
+    return f"SELECT *, {api} AS api FROM ({_gpu(source)})"
 
 
 _OCC = "WHERE occupancy_pct IS NOT NULL"
