@@ -23,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceconv.analyses.source import Source
+from traceconv.analyses.prepare import launch_names
+from traceconv.analyses.source import Source, one_of
 
-GRAPH_LAUNCH = "%GraphLaunch%"
+GRAPH_LAUNCH = "GraphLaunch"  # what the name of a call that launches a graph holds
 # A replayed row matched to its capture: its operator is not its launch call's (g: the row, l: the call).
 CAPTURED = "coalesce(g.op_event_id IS DISTINCT FROM l.op_event_id AND l.event_id IS NOT NULL, false)"
 LONGEST = 5
@@ -73,18 +74,20 @@ class Graphs:
 
 def graphs(source: Source) -> Graphs | None:
     """The graphs replayed in ``source`` (``None`` when none was)."""
+    launched = graph_launched(source)
+    if launched == "false":  # no graph launch among the launch calls
+        return None
     graph_id = "graph_id" if source.has("graph_id") else "NULL::BIGINT AS graph_id"
     rows = source.frame(
         "WITH g AS (SELECT kind, name, start_ns, end_ns, launch_event_id, "
         f"{graph_id}, op_event_id, op_name, coalesce(CAST(trace_id AS VARCHAR), '') AS trace_id "
-        "FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph') AND launch_name LIKE ? "
+        f"FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph') AND {launched} "
         "AND launch_event_id IS NOT NULL AND start_ns IS NOT NULL) "
         "SELECT CAST(g.kind AS VARCHAR) AS kind, CAST(g.name AS VARCHAR) AS name, g.start_ns, g.end_ns, "
         "g.launch_event_id, g.graph_id, CAST(g.op_name AS VARCHAR) AS op_name, g.trace_id, "
         f"CAST(l.op_name AS VARCHAR) AS launch_op, {CAPTURED} AS captured "
         "FROM g LEFT JOIN events l ON l.kind = 'cuda_api' "
-        "AND coalesce(CAST(l.trace_id AS VARCHAR), '') = g.trace_id AND l.event_id = g.launch_event_id",
-        [GRAPH_LAUNCH],
+        "AND coalesce(CAST(l.trace_id AS VARCHAR), '') = g.trace_id AND l.event_id = g.launch_event_id"
     )
     if rows.empty:
         return None
@@ -93,6 +96,12 @@ def graphs(source: Source) -> Graphs | None:
     out.sort(key=lambda g: -g.gpu_ns)
     dur = rows["end_ns"] - rows["start_ns"]
     return Graphs(out, bool((rows["kind"] == "graph").any()), int(dur.sum()), int(dur[rows["captured"]].sum()))
+
+
+def graph_launched(source: Source, column: str = "launch_name") -> str:
+    """SQL: whether a GPU row was launched by a call that launches a graph (``column``: the call's name;
+    null where it has none; ``false`` where no call does)."""
+    return one_of(column, launch_names(source, lambda n: GRAPH_LAUNCH in n))
 
 
 def _by_graph(rows: pd.DataFrame) -> list[tuple[str, list[pd.DataFrame]]]:

@@ -10,6 +10,7 @@ one name (``ProfilerStep#*``), and ``emit_nvtx``'s per-call suffixes dropped.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,14 +18,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.source import Source, literal
+from traceconv.analyses.source import Source, literal, one_of
 from traceconv.analyses.steps import STEP_PATTERN, HostSteps, Launched, Steps, host_steps, lived, step_label, step_regex
 
 RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
 OP_KINDS = ("cpu_op", "nvtx")
 GPU_KINDS = ("kernel", "memcpy", "memset")
 # GPU work: the GPU rows, and CUDA graphs that Nsight Systems traced whole (one row an execution).
-GPU_WORK = "kind IN ('kernel', 'memcpy', 'memset', 'graph')"
+GPU_WORK_KINDS = (*GPU_KINDS, "graph")
+GPU_WORK = f"kind IN {GPU_WORK_KINDS}"
 NO_OP = "(no operator)"
 _EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
 _PYTORCH = re.compile(r"^(aten::|ProfilerStep#|autograd::|torch\.)|at::native::|at::cuda::|\bc10::")
@@ -78,10 +80,7 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
     source.register("labels", names)
     host = host_span(source)
     last_end = host["last"]
-    gpu = source.arrow(
-        "SELECT min(start_ns) AS first, max(end_ns) AS last, max(coalesce(launch_start_ns, start_ns)) "
-        "FILTER (WHERE kind <> 'sync') AS anchor FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'sync')"
-    ).to_pylist()[0]
+    gpu, spans = _gpu_extents(source)
     last_anchor = gpu["anchor"]
     sources = _source(source)
     return Facts(
@@ -93,7 +92,7 @@ def prepare(data: pa.Table | Source, step_pattern: str = STEP_PATTERN) -> Facts:
         label_names=label_names,
         last_end=int(last_end) if last_end is not None else 0,
         last_anchor=int(last_anchor) if last_anchor is not None else None,
-        gpu_spans=gpu_spans(source),
+        gpu_spans=spans,
     )
 
 
@@ -151,8 +150,7 @@ def op_label(name: str) -> str:
 
 def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list[str]]:
     """Every name of a host range or an ``op_name``, with the name it is grouped by."""
-    ops = source.arrow("SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL")["op_name"].to_pylist()
-    names = sorted({n for _, n in host_names(source) if n is not None} | set(ops))
+    names = sorted({n for _, n in host_names(source) if n is not None} | set(op_names(source)))
     grouped = [op_label(n) for n in names]
     grouped = [step_label(g) if step_re.search(g) else g for g in grouped]
     steps = [bool(step_re.search(n)) for n in names]  # a step by its own name
@@ -167,6 +165,17 @@ def labels(source: Source, step_re: re.Pattern[str]) -> tuple[pd.DataFrame, list
         }
     )
     return frame, distinct
+
+
+def op_names(source: Source) -> list[str]:
+    """Every distinct ``op_name`` (the operators GPU rows and CUDA calls came from), read once per Source."""
+
+    def read() -> list[str]:
+        got = source.arrow("SELECT DISTINCT op_name FROM events WHERE op_name IS NOT NULL")["op_name"].to_pylist()
+        return [str(n) for n in got]
+
+    names: list[str] = source.kept("op_names", read)
+    return names
 
 
 def _step_ranges(source: Source, last_end: int | None) -> pd.DataFrame:
@@ -186,14 +195,34 @@ STEP_BUCKETS = 4  # time buckets a step, on average, for the join of the GPU row
 DEVICE = "coalesce(CAST(device AS VARCHAR), 'unknown')"
 
 
-def gpu_spans(source: Source) -> dict[str, tuple[int, int]]:
-    """Per device, from the start of its first GPU work to the end of its last: where its busy and
-    idle time are measured without steps."""
-    rows = source.arrow(
-        f"SELECT {DEVICE} AS dev, min(start_ns) AS s, max(end_ns) AS e FROM events "
-        f"WHERE {GPU_WORK} AND start_ns IS NOT NULL AND end_ns IS NOT NULL GROUP BY ALL"
+def _gpu_extents(source: Source) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """The first start and last end of the GPU and sync rows and the latest anchor of the GPU rows (the
+    launch's start, else the row's own; graphs traced whole aside); and per device, from the start of
+    its first GPU work to the end of its last (where its busy and idle time are measured without
+    steps). One read of the GPU rows per kind, name, launch call and device, which also gives
+    :func:`gpu_names` its names."""
+    done = "start_ns IS NOT NULL AND end_ns IS NOT NULL"
+    launch = "launch_name" if source.has("launch_name") else "NULL"
+    groups = source.arrow(
+        f"SELECT CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) AS name, CAST({launch} AS VARCHAR) AS launch, "
+        f"{DEVICE} AS dev, min(start_ns) AS first, max(end_ns) AS last, "
+        f"max(coalesce(launch_start_ns, start_ns)) AS anchor, min(start_ns) FILTER (WHERE {done}) AS s, "
+        f"max(end_ns) FILTER (WHERE {done}) AS e FROM events WHERE kind IN {(*GPU_WORK_KINDS, 'sync')} GROUP BY ALL"
     ).to_pylist()
-    return {str(r["dev"]): (int(r["s"]), int(r["e"])) for r in rows}
+    work = [g for g in groups if g["kind"] != "sync"]
+    source.kept("gpu_names", lambda: sorted({(str(g["kind"]), g["name"], g["launch"]) for g in work}, key=str))
+    rows = [g for g in groups if g["kind"] != "graph"]  # the GPU and sync rows
+    extents = {
+        "first": min((v for g in rows if (v := g["first"]) is not None), default=None),
+        "last": max((v for g in rows if (v := g["last"]) is not None), default=None),
+        "anchor": max((v for g in rows if g["kind"] != "sync" and (v := g["anchor"]) is not None), default=None),
+    }
+    spans: dict[str, tuple[int, int]] = {}
+    for g in work:
+        if g["s"] is not None:
+            s, e = spans.get(str(g["dev"]), (g["s"], g["e"]))
+            spans[str(g["dev"])] = (int(min(s, g["s"])), int(max(e, g["e"])))
+    return extents, spans
 
 
 def find(source: Source, ranges: pd.DataFrame) -> Steps | None:
@@ -268,11 +297,48 @@ def _program(source: Source, sources: str) -> Program:
     """PyTorch or another CUDA program, and whether it already replays CUDA graphs (``sources``: the
     input's, as :func:`_source` says)."""
     hosts = host_names(source)
-    gpu = source.arrow("SELECT DISTINCT name FROM events WHERE kind IN ('kernel', 'memcpy', 'memset')")
-    names = [n for _, n in hosts] + gpu["name"].to_pylist()
+    names = [n for _, n in hosts] + [n for k, n, _ in gpu_names(source) if k in GPU_KINDS]
     api = [n for k, n in hosts if k == "cuda_api"]
     torch = "pytorch" in sources or any(_PYTORCH.search(str(n)) for n in names if n is not None)
     return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api if n))
+
+
+def kind_counts(source: Source) -> dict[str | None, int]:
+    """The rows of each kind, read once per Source."""
+
+    def read() -> dict[str | None, int]:
+        rows = source.arrow("SELECT CAST(kind AS VARCHAR) AS kind, count(*) AS n FROM events GROUP BY kind").to_pylist()
+        return {r["kind"]: int(r["n"]) for r in rows}
+
+    got: dict[str | None, int] = source.kept("kind_counts", read)
+    return got
+
+
+def gpu_names(source: Source) -> list[tuple[str, str | None, str | None]]:
+    """Each distinct (kind, name, launch call's name) of the GPU work, read once per Source: what the
+    analyses test names against (communication kernels, graph launches, Triton kernels)."""
+
+    def read() -> list[tuple[str, str | None, str | None]]:
+        launch = "launch_name" if source.has("launch_name") else "NULL"
+        rows = source.arrow(
+            f"SELECT DISTINCT CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) AS name, CAST({launch} AS VARCHAR) "
+            f"AS launch FROM events WHERE {GPU_WORK}"
+        ).to_pylist()
+        return [(str(r["kind"]), r["name"], r["launch"]) for r in rows]
+
+    got: list[tuple[str, str | None, str | None]] = source.kept("gpu_names", read)
+    return got
+
+
+def launch_names(source: Source, test: Callable[[str], bool]) -> list[str]:
+    """The launch calls' names of the GPU work that pass ``test``."""
+    return sorted({n for _, _, n in gpu_names(source) if n is not None and test(n)})
+
+
+def graph_replayed(source: Source, column: str = "launch_name") -> str:
+    """SQL: whether a GPU row's launch (``column``: its name) is a graph's, a call named
+    ``^(cuda|hip|cu)Graph(Launch|Replay)`` (false, not null, where it has none)."""
+    return f"coalesce({one_of(column, launch_names(source, lambda n: bool(_GRAPH_LAUNCH.match(n))))}, false)"
 
 
 def as_source(data: pa.Table | Source) -> Source:

@@ -8,6 +8,7 @@ nanoseconds, sizes in bytes), field for field.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 
@@ -241,13 +242,23 @@ class IdleGaps:
 
 def plain(value: Any) -> Any:
     """The JSON form of a result (dataclasses as objects, in field order), recursively."""
+    if type(value) in _LEAVES:  # most values (thousands of per-step rows' numbers): as they are
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 # -- the summary's report ----------------------------------------------------------------------

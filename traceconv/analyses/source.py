@@ -364,6 +364,14 @@ def literals(texts: Iterable[str]) -> str:
     return ", ".join(literal(t) for t in texts)
 
 
+def one_of(column: str, texts: Iterable[str]) -> str:
+    """SQL: whether ``column`` is one of ``texts`` (null where it is null); ``false`` for no texts (then the
+    column is not even read). A test against the few distinct values a column holds, found once, not a
+    text function on each of millions of rows."""
+    listed = sorted(set(texts))
+    return f"{column} IN ({literals(listed)})" if listed else "false"
+
+
 def _quoted(text: str) -> str:
     return text.replace("'", "''")
 

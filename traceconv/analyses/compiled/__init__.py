@@ -23,6 +23,7 @@ import pandas as pd
 from traceconv.analyses.compiled.compiles import Compile, compiles
 from traceconv.analyses.compiled.names import fused_ops, kernel_kind
 from traceconv.analyses.compiled.regions import RegionRow, regions
+from traceconv.analyses.prepare import gpu_names
 from traceconv.analyses.source import Source
 
 __all__ = ["Compile", "Compiled", "FusedOp", "RegionRow", "compiled", "fused_table"]
@@ -60,13 +61,14 @@ _KERNELS_SQL = (
 
 def compiled(source: Source) -> Compiled | None:
     """What the profile holds of a compiled program; None when it holds nothing compiled."""
+    rows, inside = regions(source)
+    made = compiles(source)
+    named = any(kernel_kind(str(n)) is not None for k, n, _ in gpu_names(source) if k == "kernel")
+    if not named and not rows and not made:  # no Triton kernel among the kernels' names
+        return None
     kernels = source.frame(_KERNELS_SQL)
     names = kernels["name"].astype(str)
     triton = kernels[names.map(lambda n: kernel_kind(n) is not None)]
-    rows, inside = regions(source)
-    made = compiles(source)
-    if triton.empty and not rows and not made:
-        return None
     return Compiled(
         gpu_ns=int(kernels["dur_ns"].sum()),
         in_regions_ns=inside,

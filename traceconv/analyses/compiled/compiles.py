@@ -18,6 +18,7 @@ import pandas as pd
 
 from traceconv.analyses import intervals as I
 from traceconv.analyses.compiled.regions import first_seen
+from traceconv.analyses.prepare import OP_KINDS, host_names
 from traceconv.analyses.source import Source
 
 COMPILE_RANGES = ("entire_frame_compile", "_compile.compile_inner (dynamo_timed)")
@@ -40,6 +41,8 @@ class Compile:
 
 def compiles(source: Source) -> list[Compile]:
     """Every compilation in the profile, in time order."""
+    if not any(_compiling(n) for k, n in host_names(source) if k in OP_KINDS and n is not None):
+        return []
     ranges = source.frame(_SQL)
     start, end = I.union(
         ranges["start_ns"].to_numpy(np.int64, na_value=0), ranges["end_ns"].to_numpy(np.int64, na_value=0)
@@ -48,6 +51,11 @@ def compiles(source: Source) -> list[Compile]:
         Compile(int(s), int(e - s), region)
         for s, e, region in zip(start, end, _made(first_seen(source), start), strict=True)
     ]
+
+
+def _compiling(name: str) -> bool:
+    """Whether a host range of this name is one of Dynamo's compile ranges (:data:`_SQL`'s test)."""
+    return name in COMPILE_RANGES or name.startswith(COMPILE_PREFIX)
 
 
 def _made(seen: pd.DataFrame, starts: I.I64) -> list[str | None]:

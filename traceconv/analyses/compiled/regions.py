@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from traceconv.analyses.prepare import OP_KINDS, host_names
 from traceconv.analyses.source import Source
 
 FRAME = "Torch-Compiled Region: "
@@ -58,6 +59,11 @@ class RegionRow:
     triton_ns: int  # of which Inductor's Triton kernels
 
 
+def is_region(name: str) -> bool:
+    """Whether a host range of this name is a compiled region's (:data:`REGIONS_SQL`'s test)."""
+    return name.startswith((FRAME, GRAPH)) or name in FUNCTIONS
+
+
 def region_kind(name: str) -> str:
     if name.startswith(FRAME):
         return "frame"
@@ -66,6 +72,8 @@ def region_kind(name: str) -> str:
 
 def regions(source: Source) -> tuple[list[RegionRow], int]:
     """Every compiled region (most GPU time first) and the GPU time launched inside any of them."""
+    if not any(is_region(n) for k, n in host_names(source) if k in OP_KINDS and n is not None):
+        return [], 0
     width = source.scalar(f"SELECT (max(end_ns) - min(start_ns)) // ({BUCKETS} * count(*)) FROM ({REGIONS_SQL})")
     if width is None:  # no compiled region
         return [], 0

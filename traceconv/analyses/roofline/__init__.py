@@ -80,6 +80,7 @@ def roofline(
     known = bool(k["known"].any())
     achieved = flops / step_ns / 1e3 if known and step_ns else None
     ops, kernels = TB.op_rows(k, peaks), TB.kernel_rows(k, peaks, active)
+    matrix = TB.matrix_time(k, peaks)
     return Roofline(
         device=dev,
         scope=windows.name,
@@ -92,11 +93,11 @@ def roofline(
         mfu_pct=round(achieved * 100.0 / peak, 2) if achieved is not None and peak else None,
         mfu_basis=f"{basis} dense tensor-core peak" if basis else None,
         mfu_peak_tflops=peak,
-        matrix=TB.matrix_time(k, peaks),
+        matrix=matrix,
         ops=ops[:top] if top else ops,
         kernels=kernels[:top] if top else kernels,
         per_step=per_step if windows.name == "steps" else [],
-        notes=_notes(dev.note, known, TB.matrix_time(k, peaks)),
+        notes=_notes(dev.note, known, matrix),
     )
 
 

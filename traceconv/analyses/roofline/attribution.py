@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.graphs import GRAPH_LAUNCH
+from traceconv.analyses.graphs import graph_launched
 from traceconv.analyses.prepare import op_label
 from traceconv.analyses.roofline import flops as F
 from traceconv.analyses.roofline import tensor_cores as T
@@ -41,7 +41,7 @@ def read(source: Source) -> pd.DataFrame:
     linked = "k.launch_start_ns IS NOT NULL" if launched else "FALSE"
     replay = "NULL::BIGINT"
     if source.has("launch_name"):
-        replay = f"CASE WHEN k.launch_name LIKE '{GRAPH_LAUNCH}' THEN k.launch_event_id END"
+        replay = f"CASE WHEN {graph_launched(source, 'k.launch_name')} THEN k.launch_event_id END"
     # Kernel names by code (a few thousand distinct names, millions of kernels): the names once, not
     # a string per kernel (470 MB of them for the 16x bench export's 2M kernels)
     source.table(
@@ -162,9 +162,15 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     dtypes: list[str | None] = [None] * (ops + 1)
     has = key >= 0
     first = pd.Series(np.arange(len(key)))[has].groupby(key[has]).first()
-    texts, args = frame["op"].to_numpy(), frame["args"].to_numpy()
-    for k, row in zip(first.index.to_numpy(), first.to_numpy(), strict=True):
-        found = F.work(str(texts[row]), _text(args[row]))
+    texts, args = frame["op"].astype("category"), frame["args"].to_numpy()
+    # the calls of the operators whose work is counted, by their text's code
+    counted = np.array([F.counted(str(t)) for t in texts.cat.categories] + [False], dtype=bool)
+    rows = first.to_numpy()
+    kept = counted[texts.cat.codes.to_numpy()[rows]]
+    names = texts.to_numpy()
+    seen: dict[bytes, F.Work | None] = {}
+    for k, row in zip(first.index.to_numpy()[kept], rows[kept], strict=True):
+        found = F.work(str(names[row]), _text(args[row]), seen)
         if found is not None:
             flops[k], elements[k], dtypes[k] = found.flops, found.elements, found.dtype
     at = np.where(has, key, ops)

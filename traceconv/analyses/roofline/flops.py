@@ -103,13 +103,34 @@ FAMILY_PREFIXES = tuple(sorted({*NAMES, "aten::convolution_backward"}))
 _SIZES = re.compile(r"sizes = ")
 
 
-def work(name: str, args: str | None) -> Work | None:
+def work(name: str, args: str | None, seen: dict[bytes, Work | None] | None = None) -> Work | None:
     """The work of one call of operator ``name`` (an NVTX range's whole text under Nsight Systems) whose
-    trace arguments are ``args`` (JSON text, or None); None where it is no matrix work or unknown."""
-    op, dims, types, concrete = _inputs(name, args)
-    if op not in NAMES and op != "aten::convolution_backward":
+    trace arguments are ``args`` (JSON text, or None); None where it is no matrix work or unknown.
+    ``seen``: the work of the calls counted before, by what it depends on (an operator's calls repeat a
+    few shapes, each in arguments of their own)."""
+    if not counted(name):
         return None
+    op, dims, types, concrete = _inputs(name, args)
     given = _flops_arg(args)
+    if seen is None:
+        return _work(op, dims, types, concrete, given)
+    key = orjson.dumps([op, dims, types, concrete, given])
+    if key not in seen:
+        seen[key] = _work(op, dims, types, concrete, given)
+    return seen[key]
+
+
+def counted(name: str) -> bool:
+    """Whether the calls of operator ``name`` (or an NVTX range's whole text) are ones whose work is counted."""
+    op = _op(name)
+    return op in NAMES or op == "aten::convolution_backward"
+
+
+def _op(name: str) -> str:
+    return name.split(",", 1)[0].strip()
+
+
+def _work(op: str, dims: list[Any] | None, types: list[Any], concrete: list[Any], given: int | None) -> Work | None:
     found = _shapes_work(op, dims, concrete) if dims is not None else None
     dtype = _dtype(types)
     if given is not None:
@@ -123,7 +144,7 @@ def work(name: str, args: str | None) -> Work | None:
 def _inputs(name: str, args: str | None) -> tuple[str, list[Any] | None, list[Any], list[Any]]:
     """The operator's name and its inputs' shapes, types and concrete values, from the trace arguments or
     (Nsight Systems) from the range's own text: ``aten::mm, seq = 5, op_id = 9, sizes = [[4, 8], [8, 2]], ...``."""
-    op = name.split(",", 1)[0].strip()
+    op = _op(name)
     if args:
         try:
             value = orjson.loads(args)

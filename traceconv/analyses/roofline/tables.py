@@ -95,25 +95,30 @@ def kernel_rows(
     """Per kernel name: count, time, engine, the FLOPs that fell to it and their place on the roofline;
     most time first."""
     bandwidth = peaks.bandwidth_gbps if peaks else None
+    dur, known, flops, moved = (k[c].to_numpy() for c in ("dur_ns", "known", "flops", "moved"))
+    calls = k["calls"].to_numpy() if "calls" in k.columns else None
+    engines, dtypes, rules = (k[c].to_numpy() for c in ("engine", "dtype", "rule"))  # per name: its first row's
+    op_dtype = _main_per_name(k, "op_dtype")
     out = []
-    for name, g in k.groupby("name", observed=True, sort=False):
-        first = g.iloc[0]
-        ns = int(g["dur_ns"].sum())
-        known_ns = int(g["dur_ns"][g["known"]].sum())  # a name some of whose operators' FLOPs are not known:
-        known = bool(g["known"].any())  # its rate over the calls whose FLOPs are
-        flops, moved = round(g["flops"].sum()), round(g["moved"].sum())
-        engine = first["engine"] if isinstance(first["engine"], str) else None
-        dtype = roof_dtype(engine, _none(first["dtype"]), _main(g, "op_dtype"))
-        p = position(flops, moved, known_ns, roof(peaks, engine, dtype), bandwidth) if known else None
+    for name, at in k.groupby("name", observed=True, sort=False).indices.items():
+        first = at[0]
+        ns = int(dur[at].sum())
+        mine = known[at]
+        known_ns = int(dur[at][mine].sum())  # a name some of whose operators' FLOPs are not known:
+        has = bool(mine.any())  # its rate over the calls whose FLOPs are
+        f, m = round(flops[at].sum()), round(moved[at].sum())
+        engine = _none(engines[first])
+        dtype = roof_dtype(engine, _none(dtypes[first]), op_dtype.get(name))
+        p = position(f, m, known_ns, roof(peaks, engine, dtype), bandwidth) if has else None
         out.append(
             KernelRoof(
                 name=str(name),
-                count=int(g["calls"].sum()) if "calls" in g.columns else len(g),
+                count=int(calls[at].sum()) if calls is not None else len(at),
                 dur_ns=ns,
-                rule=str(first["rule"]),
+                rule=str(rules[first]),
                 engine=engine,
-                dtype=_none(first["dtype"]),
-                flops=flops if known else None,
+                dtype=_none(dtypes[first]),
+                flops=f if has else None,
                 known_ns=known_ns,
                 tflops=p.tflops if p else None,
                 bound=p.bound if p else None,
@@ -124,6 +129,15 @@ def kernel_rows(
     return sorted(out, key=lambda r: (-r.dur_ns, r.name))
 
 
+def _main_per_name(k: pd.DataFrame, column: str) -> dict[object, str]:
+    """Per kernel name, :func:`_main`'s value of ``column`` (names without one left out)."""
+    given = k[k[column].notna()]
+    sums = given.groupby(["name", column], observed=True, sort=True)["dur_ns"].sum().reset_index()
+    # the value of most time, the first in the values' order where several tie (as idxmax picks)
+    top = sums.sort_values(["name", "dur_ns"], ascending=[True, False], kind="stable").drop_duplicates("name")
+    return {n: str(v) for n, v in zip(top["name"], top[column], strict=True)}
+
+
 def _none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -132,8 +146,13 @@ def step_rows(k: pd.DataFrame, step: np.ndarray, dur_ns: np.ndarray, gpus: int, 
     """Per window (``step``: each kernel's window, -1 outside): FLOPs per GPU, time, TFLOP/s and MFU."""
     inside = step >= 0
     flops = np.bincount(step[inside], weights=k["flops"].to_numpy()[inside], minlength=len(dur_ns)) / max(gpus, 1)
-    out = []
-    for i, (f, ns) in enumerate(zip(flops, dur_ns, strict=True)):
-        tflops = f / ns / 1e3 if ns > 0 else 0.0
-        out.append(StepRoof(i, int(ns), round(f), round(tflops, 2), round(tflops * 100 / peak, 2) if peak else None))
-    return out
+    ns = np.asarray(dur_ns)
+    tflops = np.zeros(len(ns), np.float64)
+    np.divide(flops, ns, out=tflops, where=ns > 0)
+    tflops /= 1e3
+    rate = np.round(tflops, 2).tolist()
+    mfu = np.round(tflops * 100 / peak, 2).tolist() if peak else [None] * len(ns)
+    return [
+        StepRoof(i, d, round(f), r, m)
+        for i, (d, f, r, m) in enumerate(zip(ns.tolist(), flops.tolist(), rate, mfu, strict=True))
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from traceconv.analyses.prepare import GPU_WORK, HOST_RANGES, Facts, step_hint
+from traceconv.analyses.prepare import GPU_WORK_KINDS, HOST_RANGES, Facts, kind_counts, step_hint
 from traceconv.analyses.results import Lack
 from traceconv.analyses.source import Source
 
@@ -21,10 +21,10 @@ _DROPPED = re.compile(r"drop|lost|overflow|discard|buffer.*full", re.IGNORECASE)
 
 def lacks(source: Source, facts: Facts) -> list[Lack]:
     """What the input does not hold, for a PyTorch trace or an Nsight Systems export (or both)."""
-    c = _counts(source)
+    counts = kind_counts(source)
     nsys, torch = "nsys" in facts.source, "pytorch" in facts.source
     out: list[Lack] = []
-    if not c["gpu"]:
+    if not sum(counts.get(k, 0) for k in GPU_WORK_KINDS):
         out.append(
             Lack(
                 "GPU activity",
@@ -32,7 +32,7 @@ def lacks(source: Source, facts: Facts) -> list[Lack]:
                 _either(torch, nsys, "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]", "-t cuda"),
             )
         )
-    if not c["memory"]:
+    if not counts.get("memory"):
         out.append(
             Lack(
                 "allocator events",
@@ -42,7 +42,7 @@ def lacks(source: Source, facts: Facts) -> list[Lack]:
         )
     if facts.steps is None:
         out.append(Lack("steps", "no per-step figures: measured over the whole window", step_hint(source)))
-    if not c["metric"]:
+    if not counts.get("metric"):
         out.append(
             Lack(
                 "GPU metrics",
@@ -50,15 +50,16 @@ def lacks(source: Source, facts: Facts) -> list[Lack]:
                 "nsys profile --gpu-metrics-devices=all",
             )
         )
-    if torch and c["ops"] and not c["shaped"]:
+    if torch and counts.get("cpu_op") and not _shaped(source):
         out.append(Lack("input shapes", "no shapes or FLOPs", "record_shapes=True"))
-    if nsys and not torch and facts.program.framework == "pytorch" and not c["nvtx_shapes"]:
+    if nsys and not torch and facts.program.framework == "pytorch" and not _nvtx_shapes(source):
         out.append(Lack("input shapes", "no operators' shapes or FLOPs", "--pytorch=autograd-shapes-nvtx"))
-    if c["open_steps"]:
+    open_steps = _open_steps(source)
+    if open_steps:
         out.append(
             Lack(
                 "the end of a step",
-                f"{c['open_steps']} step range(s) never ended in the capture: the last step is cut",
+                f"{open_steps} step range(s) never ended in the capture: the last step is cut",
                 "end the capture after a whole step (torch.profiler schedule; nsys --capture-range-end)",
             )
         )
@@ -75,27 +76,28 @@ def _either(torch: bool, nsys: bool, torch_option: str, nsys_option: str) -> str
     return f"torch.profiler: {torch_option}; nsys profile {nsys_option}"
 
 
-def _counts(source: Source) -> dict[str, int]:
+def _shaped(source: Source) -> int:
+    """How many of the first :data:`SAMPLED_OPS` CPU operators have input shapes."""
     shaped = "args LIKE '%Input Dims%'" if source.has("args") else "false"
-    # the rows counted per kind first, and the NVTX ranges' names apart: filtered aggregates over every row
-    # of the input took several times as long
-    row = source.arrow(
-        f"SELECT CAST(sum(n) FILTER (WHERE {GPU_WORK}) AS BIGINT) AS gpu, "
-        "CAST(sum(n) FILTER (WHERE kind = 'memory') AS BIGINT) AS memory, "
-        "CAST(sum(n) FILTER (WHERE kind = 'metric') AS BIGINT) AS metric, "
-        "CAST(sum(n) FILTER (WHERE kind = 'cpu_op') AS BIGINT) AS ops, "
-        "(SELECT count(*) FROM events WHERE kind = 'nvtx' AND name LIKE '%sizes = %') AS nvtx_shapes "
-        "FROM (SELECT kind, count(*) AS n FROM events GROUP BY kind)"
-    ).to_pylist()[0]
-    row["shaped"] = source.scalar(
+    got = source.scalar(
         f"SELECT count(*) FILTER (WHERE {shaped}) FROM (SELECT args FROM events WHERE kind = 'cpu_op' "
         f"LIMIT {SAMPLED_OPS})"
     )
-    row["open_steps"] = source.scalar(
+    return int(got or 0)
+
+
+def _nvtx_shapes(source: Source) -> int:
+    """How many NVTX ranges carry shapes (``--pytorch=autograd-shapes-nvtx``)."""
+    return int(source.scalar("SELECT count(*) FROM events WHERE kind = 'nvtx' AND name LIKE '%sizes = %'") or 0)
+
+
+def _open_steps(source: Source) -> int:
+    """How many step ranges never ended."""
+    got = source.scalar(
         f"SELECT count(*) FROM ({HOST_RANGES}) r JOIN labels l ON l.name = r.name "
         "WHERE l.is_step AND r.kind IN ('cpu_op', 'nvtx') AND r.end_ns IS NULL"
     )
-    return {k: int(v or 0) for k, v in row.items()}
+    return int(got or 0)
 
 
 def _dropped(source: Source) -> list[str]:

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.graphs import GRAPH_LAUNCH
+from traceconv.analyses.graphs import graph_launched
 from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, IdleGaps, LaunchFacts, Syncs
 from traceconv.analyses.source import Source, Within
@@ -64,12 +64,12 @@ def measure(
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
     withins = [source.within(f"in_scope_{k}", *segments) for k, segments in enumerate(windows)]
     lived = [s.gpu for s in scopes]
-    source.table(G.GROUPS, G.scope_groups(withins))
+    source.table(G.GROUPS, G.scope_groups(source, withins))
     kernel_medians = G.medians(source, withins)
-    source.table("scoped_copies", G.scoped_copies(withins))
+    source.table("scoped_copies", G.scoped_copies(source, withins))
     Y.prepare_calls(source)
     # what the sweep reads of the GPU rows, once per slice of the time line: a table, not the file
-    source.table("gpu_spans", B.GPU_TIMES)
+    source.table("gpu_spans", B.gpu_times(source))
     # and each scope's steps one by one (for their critical path), as scopes of the sweep's own
     each = [GpuWindows(s.each) for s in scopes if s.each is not None]
     flags = [False] * len(lived) + [True] * len(each)
@@ -185,7 +185,8 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     )
     if calls is not None:
         with L.launch_lookup(source, calls) as call_pid:
-            LG.gpu_pass(source, calls, traces[0], _nodes(f"({_launched(call_pid)})", "tree_ranges", call_pid), call_pid)
+            nodes = _nodes(f"({_launched(source, call_pid)})", "tree_ranges", call_pid)
+            LG.gpu_pass(source, calls, traces[0], nodes, call_pid)
         return ranges_query(), traces
     _gpu_nodes(source)
     _per_range_sums(source)
@@ -199,14 +200,14 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
     return ranges_query(), traces
 
 
-def _launched(call_pid: Callable[[str], str]) -> str:
+def _launched(source: Source, call_pid: Callable[[str], str]) -> str:
     """The GPU rows with their launch node (the launching range, or call kept out of ``tree_ranges``:
     ``call_pid`` is SQL for the process of such a call) and its process."""
     return (
         "SELECT c.tc, g.event_id AS gpu_id, g.kind = 'memcpy' AS copy, coalesce(g.dur_ns, 0) AS d, g.launch_start_ns, "
         "coalesce(rl.event_id, CASE WHEN g.cp IS NOT NULL THEN g.launch_event_id END) AS launch_node, "
         "coalesce(rl.pid, g.cp) AS launch_pid, g.op_event_id, "
-        f"coalesce(g.launch_name LIKE '{GRAPH_LAUNCH}', false) AS replay "
+        f"coalesce({graph_launched(source, 'g.launch_name')}, false) AS replay "
         f"FROM (SELECT *, {call_pid('launch_event_id')} AS cp FROM events "
         "WHERE kind IN ('kernel', 'memcpy', 'memset')) g JOIN trace_codes c ON c.trace_id = coalesce(g.trace_id, '') "
         "LEFT JOIN tree_ranges rl ON rl.tc = c.tc AND rl.event_id = g.launch_event_id"
@@ -239,7 +240,7 @@ def _gpu_nodes(source: Source) -> None:
     host ranges, one join per statement (with both joins in one, DuckDB 2.0 runs out of budgets of
     384-512 MB that it does not run out of at 256 MB: it holds both hash tables instead of
     partitioning them)."""
-    source.table("tree_gpu_launch", _launched(_no_call))
+    source.table("tree_gpu_launch", _launched(source, _no_call))
     # The operators among the ranges: far fewer than the ranges, so that the join is on a small table.
     source.table(
         "tree_ops",

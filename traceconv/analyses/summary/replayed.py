@@ -17,7 +17,7 @@ import dataclasses
 import re
 
 from traceconv.analyses.finding import Finding, saving_severity
-from traceconv.analyses.prepare import Facts
+from traceconv.analyses.prepare import Facts, kind_counts
 from traceconv.analyses.source import Source
 from traceconv.errors import UsageError
 from traceconv.units import ms
@@ -39,7 +39,8 @@ def with_replayed_savings(
     steps = facts.steps
     if not todo or steps is None or not steps.median_ns:
         return findings, []
-    rows = source.scalar("SELECT count(*) FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'cuda_api')")
+    counts = kind_counts(source)
+    rows = sum(counts.get(k, 0) for k in ("kernel", "memcpy", "memset", "cuda_api"))
     if rows > MAX_ROWS:
         return findings, [
             f"savings estimated from the GPU's idle gaps, not replayed ({rows:,} GPU rows and CUDA calls; "

@@ -12,32 +12,32 @@ from typing import Any
 
 import pandas as pd
 
-from traceconv.analyses.prepare import NO_OP
+from traceconv.analyses.prepare import NO_OP, graph_replayed
 from traceconv.analyses.results import Copies, CopyOpTally, LaunchFacts
 from traceconv.analyses.source import Source, Within
 
 TOP_OPS = 5
-# A kernel replayed from a graph: its launch is the graph's, a call named ^(cuda|hip|cu)Graph(Launch|Replay)
-# (prefix tests: a regular expression over millions of kernels' launch names took several times longer).
-GRAPH_LAUNCH = " OR ".join(
-    f"starts_with(launch_name, '{api}Graph{call}')" for api in ("cuda", "hip", "cu") for call in ("Launch", "Replay")
-)
-GPU = (
-    "SELECT coalesce(trace_id, '') AS trace_id, event_id, kind, name, short_name, start_ns, end_ns, dur_ns, device, "
-    "launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, bytes, "
-    # occupancy: computed from the launch configuration (est, else theoretical), else Kineto's figure
-    "coalesce(est_occupancy_pct, theoretical_occupancy_pct, occupancy_pct) AS occupancy_pct, occupancy_limiter, "
-    "copy_kind, src_kind, dst_kind, coalesce(launch_start_ns, start_ns) AS anchor, "
-    f"coalesce({GRAPH_LAUNCH}, false) AS replayed FROM events "
-    "WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
-)
+
+
+def _gpu(source: Source) -> str:
+    """The GPU rows with what the tables need; ``replayed``: a kernel replayed from a graph (its launch is
+    the graph's: :func:`~traceconv.analyses.prepare.graph_replayed`)."""
+    return (
+        "SELECT coalesce(trace_id, '') AS trace_id, event_id, kind, name, short_name, start_ns, end_ns, dur_ns, "
+        "device, launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, bytes, "
+        # occupancy: computed from the launch configuration (est, else theoretical), else Kineto's figure
+        "coalesce(est_occupancy_pct, theoretical_occupancy_pct, occupancy_pct) AS occupancy_pct, occupancy_limiter, "
+        "copy_kind, src_kind, dst_kind, coalesce(launch_start_ns, start_ns) AS anchor, "
+        f"{graph_replayed(source)} AS replayed FROM events "
+        "WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
+    )
 
 
 KERNEL, MEMCPY, MEMSET, GRAPH = 0, 1, 2, 3  # GRAPH: a graph traced whole, in the kernel tables
 GROUPS = "gpu_groups"  # the table of :func:`scope_groups`
 
 
-def scope_groups(withins: list[Within]) -> str:
+def scope_groups(source: Source, withins: list[Within]) -> str:
     """The GPU rows summed per kind (``k``: :data:`KERNEL`, ...), name, occupancy limiter and the
     scopes they lie in (``in_K``: the row's anchor lies in scope K, ``withins[K]``), with what each
     scope's figures add up: a few thousand groups in one pass over the file, where a table of the rows
@@ -55,12 +55,17 @@ def scope_groups(withins: list[Within]) -> str:
         f"sum(occupancy_pct * CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER ({_OCC}) AS occ_w, "
         f"sum(CAST(coalesce(dur_ns, 0) AS DOUBLE)) FILTER ({_OCC}) AS occ_t, count(*) FILTER ({_OCC}) AS occ_n, "
         f"CAST(sum(dur_ns) FILTER ({_OCC}) AS BIGINT) AS occ_dur "
-        f"FROM ({_ROWS}) g{_joins(withins)} GROUP BY ALL"
+        f"FROM ({_rows(source)}) g{_joins(withins)} GROUP BY ALL"
     )
 
 
-# A kernel's own launch call: none for a kernel replayed from a graph (one call launches them all).
-_ROWS = f"SELECT *, CASE WHEN replayed THEN NULL ELSE launch_end_ns - launch_start_ns END AS api FROM ({GPU})"
+def _rows(source: Source) -> str:
+    """The GPU rows with ``api``: a kernel's own launch call's time (none for a kernel replayed from a
+    graph: one call launches them all)."""
+    api = "CASE WHEN replayed THEN NULL ELSE launch_end_ns - launch_start_ns END"
+    return f"SELECT *, {api} AS api FROM ({_gpu(source)})"
+
+
 _OCC = "WHERE occupancy_pct IS NOT NULL"
 MEDIANS = ("tiny_med", "api_med", "queue_med")  # what :func:`medians` gives each scope
 
@@ -78,7 +83,7 @@ def medians(source: Source, withins: list[Within]) -> list[dict[str, Any]]:
             for k in range(len(withins))
         )
         row = source.arrow(
-            f"SELECT {picks} FROM (SELECT {'dur_ns, api' if tiny else x}{_flags(withins)} FROM ({_ROWS}) g"
+            f"SELECT {picks} FROM (SELECT {'dur_ns, api' if tiny else x}{_flags(withins)} FROM ({_rows(source)}) g"
             f"{_joins(withins)} WHERE kind = 'kernel')"
         ).to_pylist()[0]
         for k, scope in enumerate(out):
@@ -95,11 +100,11 @@ def _joins(withins: list[Within]) -> str:
     return "".join(w.join("g.anchor") for w in withins)
 
 
-def scoped_copies(withins: list[Within]) -> str:
+def scoped_copies(source: Source, withins: list[Within]) -> str:
     """The copies (memcpy rows) with what copies have, and ``in_K`` as :func:`scope_groups` has it."""
     return (
         f"SELECT trace_id, event_id, dur_ns, op_name, bytes, copy_kind, src_kind, dst_kind{_flags(withins)} "
-        f"FROM (SELECT * FROM ({GPU}) WHERE kind = 'memcpy') g{_joins(withins)}"
+        f"FROM (SELECT * FROM ({_gpu(source)}) WHERE kind = 'memcpy') g{_joins(withins)}"
     )
 
 

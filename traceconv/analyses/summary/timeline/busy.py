@@ -27,23 +27,29 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceconv.analyses import intervals as I
+from traceconv.analyses.prepare import gpu_names, op_names
 from traceconv.analyses.results import DeviceTime, IdleBreakdown
-from traceconv.analyses.source import Source
+from traceconv.analyses.source import Source, one_of
 from traceconv.analyses.summary.scopes import GpuWindows
 from traceconv.analyses.summary.timeline import gaps as G
 
 Segments = tuple[I.I64, I.I64]
-# What the sweep reads of each GPU row (by default; measure.py passes its table of the GPU rows):
-# kernels, copies, memsets, and CUDA graphs traced whole.
-COMM = (
-    "kind = 'kernel' AND (lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%' OR op_name = 'record_param_comms' "
-    "OR op_name LIKE 'c10d::%')"
-)
-GPU_TIMES = (
-    "SELECT device, start_ns, end_ns, launch_end_ns, "
-    f"CAST(CASE WHEN kind IN ('memcpy', 'memset') THEN 2 WHEN {COMM} THEN 1 ELSE 0 END AS UTINYINT) AS klass "
-    "FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
-)
+COMM_KERNELS = ("nccl", "rccl")  # what a communication kernel's name holds (in any case)
+COMM_OPS = "c10d::"  # what the name of an operator that communicates starts with (and record_param_comms)
+
+
+def gpu_times(source: Source) -> str:
+    """What the sweep reads of each GPU row (by default; measure.py passes its table of them): kernels,
+    copies, memsets, and CUDA graphs traced whole, with their class: communication by the kernel's
+    name or its operator's (tested against the few distinct names, not on every row)."""
+    kernels = [n for k, n, _ in gpu_names(source) if k == "kernel" and n and any(c in n.lower() for c in COMM_KERNELS)]
+    ops = [n for n in op_names(source) if n == "record_param_comms" or n.startswith(COMM_OPS)]
+    comm = f"kind = 'kernel' AND ({one_of('name', kernels)} OR {one_of('op_name', ops)})" if kernels or ops else "false"
+    return (
+        "SELECT device, start_ns, end_ns, launch_end_ns, "
+        f"CAST(CASE WHEN kind IN ('memcpy', 'memset') THEN 2 WHEN {comm} THEN 1 ELSE 0 END AS UTINYINT) AS klass "
+        "FROM events WHERE kind IN ('kernel', 'memcpy', 'memset', 'graph')"
+    )
 
 
 # GPU rows by class (compute, communication, copies: each a set), their queued spans, host syncs, host
@@ -79,7 +85,7 @@ def sweep(
     sync_sql: str,
     api_sql: str,
     windows: Sequence[GpuWindows | Segments],
-    gpu_sql: str = GPU_TIMES,
+    gpu_sql: str | None = None,
     launch_gap_ns: int = LAUNCH_GAP_NS,
     per_window: Sequence[bool] = (),
 ) -> list[Swept]:
@@ -87,8 +93,8 @@ def sweep(
     the idle time of all devices together split by cause; for the scopes ``per_window`` flags, each
     window's time by part. ``sync_sql`` and ``api_sql`` give the host's intervals (s, e), ``gpu_sql``
     the GPU rows' device, start_ns, end_ns, launch_end_ns and class; each is read once per slice of
-    the time line, so tables, not views of a file."""
-    timed = f"SELECT * FROM ({gpu_sql}) WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
+    the time line, so tables, not views of a file (None: :func:`gpu_times`)."""
+    timed = f"SELECT * FROM ({gpu_sql or gpu_times(source)}) WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
     devices = sorted(
         (str(d) for d in source.arrow(f"SELECT DISTINCT {_DEV} AS dev FROM ({timed})")["dev"].to_pylist()),
         key=_device_order,
