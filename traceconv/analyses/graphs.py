@@ -16,6 +16,7 @@ matched to its capture. Rows of a replay that no capture fits keep the operator 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -104,6 +105,9 @@ def graph_launched(source: Source, column: str = "launch_name") -> str:
     return one_of(column, launch_names(source, lambda n: GRAPH_LAUNCH in n))
 
 
+NUMBERED = re.compile(r"(?<=[#_ ])\d+$")
+
+
 def _by_graph(rows: pd.DataFrame) -> list[tuple[str, list[pd.DataFrame]]]:
     """The replays of each graph, in the order of their first launch."""
     found: dict[str, list[pd.DataFrame]] = {}
@@ -123,7 +127,8 @@ def _stats(key: str, number: int, replays: list[pd.DataFrame]) -> GraphStats:
     whole = bool((first["kind"] == "graph").all())
     busy = np.array([int((r["end_ns"] - r["start_ns"]).sum()) for r in replays], np.int64)
     span = np.array([int(r["end_ns"].max() - r["start_ns"].min()) for r in replays], np.int64)
-    around = Counter(str(op) for r in replays for op in r["launch_op"].head(1) if not pd.isna(op))
+    # the range around the launches, its trailing number as * (a graph replayed in every step_N: step_*)
+    around = Counter(NUMBERED.sub("*", str(op)) for r in replays for op in r["launch_op"].head(1) if not pd.isna(op))
     n = len(first)
     longest: list[Node] = []
     captured_by: list[CapturedOp] = []
