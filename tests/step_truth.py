@@ -21,8 +21,17 @@ from .summary_truth import GPU_CATS, LAUNCH_CATS
 STEP_NAMES = ("ProfilerStep#",)
 
 
-def _pace(steps: list[tuple[int, int]], gpu: list[tuple[int, int, int]]) -> dict[str, Any]:
-    """``steps``: host ranges (start, end) in time order; ``gpu``: (launch start, start, end) of the GPU work."""
+ONE_OFF_CALLS = ("StreamBeginCapture", "GraphInstantiate")  # a CUDA graph captured
+COMPILES = ("entire_frame_compile", "_compile.compile_inner (dynamo_timed)")  # Dynamo compiling
+
+
+def _one_off(name: str) -> bool:
+    return any(c in name for c in ONE_OFF_CALLS) or name in COMPILES or name.startswith("compile_attempt_")
+
+
+def _pace(steps: list[tuple[int, int]], gpu: list[tuple[int, int, int]], marks: list[int]) -> dict[str, Any]:
+    """``steps``: host ranges (start, end) in time order; ``gpu``: (launch start, start, end) of the GPU work;
+    ``marks``: when the program captured a CUDA graph or compiled."""
     gpu = sorted(gpu)
     ends = []
     for s, e in steps:
@@ -41,7 +50,11 @@ def _pace(steps: list[tuple[int, int]], gpu: list[tuple[int, int, int]]) -> dict
     keep = [True] * len(gaps)
     if len(gaps) > 2 and gaps[0] > 3 * median:  # warm-up, as docs/summary.md defines it
         keep[0] = False
-    long = [k for k in range(len(gaps)) if keep[k] and gaps[k] > 3 * median]
+    long = [
+        k
+        for k in range(len(gaps))
+        if keep[k] and gaps[k] > 3 * median and any(steps[k][0] <= t < steps[k][1] for t in marks)
+    ]
     if len(gaps) > 2 and 0 < len(long) <= max(1, int(len(gaps) * 0.1)):  # one-offs, as docs/summary.md says
         for k in long:
             keep[k] = False
@@ -80,7 +93,8 @@ def json_steps(path: Path) -> dict[str, Any]:
         for e in events
         if e.get("cat") in GPU_CATS
     ]
-    return _pace(steps, gpu)
+    marks = [to_ns(e["ts"]) for e in events if _one_off(str(e.get("name", "")))]
+    return _pace(steps, gpu, marks)
 
 
 GPU_TABLES = (
@@ -108,5 +122,16 @@ def sqlite_steps(path: Path, pattern: str = "step_[0-9]*") -> dict[str, Any]:
         if table in have:
             for corr, s, e in db.execute(f"SELECT correlationId, start, end FROM {table}"):
                 gpu.append((launch.get(corr, s), s, e))
+    names = dict(db.execute("SELECT id, value FROM StringIds").fetchall())
+    marks = [
+        t for t, n in db.execute("SELECT start, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME") if _one_off(names.get(n, ""))
+    ]
+    marks += [
+        t
+        for t, n in db.execute(
+            "SELECT start, coalesce(text, (SELECT value FROM StringIds WHERE id = textId)) FROM NVTX_EVENTS"
+        )
+        if n and _one_off(n)
+    ]
     db.close()
-    return _pace(steps, gpu)
+    return _pace(steps, gpu, marks)

@@ -352,3 +352,20 @@ def test_nsys_whole_graphs_and_node_tracing_agree_with_the_capture_in_the_profil
         assert not [f["code"] for f in s["findings"] if f["severity"] in ("high", "medium")]
     assert sn["steps"]["median_ns"] == pytest.approx(sw["steps"]["median_ns"], rel=0.05)
     assert sn["bound"]["gpu_busy_pct"] == pytest.approx(sw["bound"]["gpu_busy_pct"], abs=10)
+
+
+def test_a_long_step_is_left_out_only_when_the_program_captured_or_compiled_in_it() -> None:
+    """Hand-made steps (no real profile has a stall mid-way without a capture): ten 1 ms steps and one
+    of 50 ms. With a graph capture inside it, it is a one-off, left out; without (a data pipeline
+    that stalled once), it stays, an outlier, in the per-step figures."""
+    from traceconv.analyses.steps import HostSteps, lived
+
+    ms_ = 1_000_000
+    lengths = [ms_] * 5 + [50 * ms_] + [ms_] * 5
+    start = np.cumsum([0, *lengths[:-1]]).astype(np.int64)
+    host = HostSteps("step_*", [f"step_{k}" for k in range(11)], start, start + np.array(lengths, np.int64))
+    captured = lived(host, one_off_at=np.array([start[5] + 10 * ms_], np.int64))
+    assert captured.count == 10 and captured.one_offs == [("step_5", 50 * ms_)] and not captured.outliers
+    stalled = lived(host, one_off_at=np.array([start[5] - 1], np.int64))  # a capture in the step before
+    assert stalled.count == 11 and not stalled.one_offs and stalled.outliers == [("step_5", 50 * ms_)]
+    assert lived(host).count == 11

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traceconv.analyses import intervals as I
 from traceconv.analyses.source import Source, literal, one_of
 from traceconv.analyses.steps import STEP_PATTERN, HostSteps, Launched, Steps, host_steps, lived, step_label, step_regex
 
@@ -229,7 +230,27 @@ def find(source: Source, ranges: pd.DataFrame) -> Steps | None:
     """The steps among ``ranges`` (:func:`~traceconv.analyses.steps.host_steps`), as the program
     lived them with the GPU work they launched."""
     host = host_steps(ranges)
-    return lived(host, launched(source, host)) if host is not None else None
+    return lived(host, launched(source, host), one_offs(source)) if host is not None else None
+
+
+ONE_OFF_CALLS = ("StreamBeginCapture", "GraphInstantiate")  # a CUDA graph captured
+
+
+def one_offs(source: Source) -> I.I64:
+    """When the program did what it does once (:func:`~traceconv.analyses.steps.lived`): a CUDA
+    graph's capture began or a graph was instantiated, Dynamo compiled (its compile ranges). Tested
+    against the few distinct host range names, read once."""
+    from traceconv.analyses.compiled.compiles import compiling
+
+    names = [
+        n
+        for k, n in host_names(source)
+        if n and (compiling(n) if k != "cuda_api" else any(c in n for c in ONE_OFF_CALLS))
+    ]
+    if not names:
+        return np.zeros(0, np.int64)
+    rows = source.arrow(f"SELECT start_ns FROM events WHERE {one_of('name', names)} AND start_ns IS NOT NULL")
+    return np.asarray(rows.column(0).to_numpy(zero_copy_only=False), np.int64)
 
 
 def launched(source: Source, host: HostSteps) -> Launched:

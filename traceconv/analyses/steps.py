@@ -17,10 +17,11 @@ waits for it. How far the host ran ahead is the median of each step's GPU end le
 
 A first step over :data:`WARMUP_FACTOR` times the median of all steps is warm-up (compilation,
 allocator growth, cuDNN autotuning) and is left out of the per-step figures, with a note. So are
-later steps that long when they are one-offs, at most :data:`ONE_OFF_SHARE` of the steps (one at
-least): a CUDA graph captured, a region compiled, a checkpoint written in the middle of the
-profile; the per-step figures describe the steady state, and a note names them. Other steps that
-far from the median (shorter ones, or long ones that recur) are reported as outliers and kept.
+later steps that long in which the program did what it does once (``one_off_at``: a CUDA graph
+captured, Dynamo compiling), when they are at most :data:`ONE_OFF_SHARE` of the steps (one at
+least): the per-step figures describe the steady state, and a note names them. Other steps that
+far from the median (shorter ones, long ones without such work, as a stalled data pipeline's, or
+long ones that recur) are reported as outliers and kept.
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ class Steps:
         if self.one_offs:
             listed = ", ".join(f"{name} {ms(dur)}" for name, dur in self.one_offs)
             out.append(
-                f"{listed}: over {WARMUP_FACTOR:g}x the median step and a one-off (a CUDA graph captured, a "
-                "region compiled, a checkpoint written): left out of the per-step figures"
+                f"{listed}: over {WARMUP_FACTOR:g}x the median step, and the program captured a CUDA graph or "
+                "compiled in it (a one-off): left out of the per-step figures"
             )
         if self.outliers:
             listed = ", ".join(f"{name} {ms(dur)}" for name, dur in self.outliers[:5])
@@ -206,8 +207,9 @@ def windows(host_start: I.I64, host_end: I.I64, gpu: Launched) -> tuple[I.I64, I
     return start, end
 
 
-def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
-    """Each step as the program lived it (the module's docstring), warm-up left out, outliers named."""
+def lived(host: HostSteps, gpu: Launched | None = None, one_off_at: I.I64 | None = None) -> Steps:
+    """Each step as the program lived it (the module's docstring), warm-up and one-offs left out
+    (``one_off_at``: when the program captured a graph or compiled), outliers named."""
     gpu = gpu if gpu is not None else Launched.none(host.count)
     cpu_start, cpu_end = host.start_ns, host.end_ns
     start, end = windows(cpu_start, cpu_end, gpu)
@@ -219,6 +221,11 @@ def lived(host: HostSteps, gpu: Launched | None = None) -> Steps:
         warmup, keep[0] = int(dur[0]), False
     names = np.asarray(host.names, dtype=object)
     long = keep & (dur > WARMUP_FACTOR * median)
+    if one_off_at is not None and len(one_off_at):  # long steps in which a one-off happened on the host
+        marks = np.sort(one_off_at)
+        long &= np.searchsorted(marks, cpu_start, "left") < np.searchsorted(marks, cpu_end, "left")
+    else:
+        long[:] = False
     one_offs = np.zeros(len(dur), np.bool_)
     if len(dur) > 2 and 0 < long.sum() <= max(1, int(len(dur) * ONE_OFF_SHARE)):
         one_offs, keep = long, keep & ~long

@@ -41,7 +41,7 @@ class Compile:
 
 def compiles(source: Source) -> list[Compile]:
     """Every compilation in the profile, in time order."""
-    if not any(_compiling(n) for k, n in host_names(source) if k in OP_KINDS and n is not None):
+    if not any(compiling(n) for k, n in host_names(source) if k in OP_KINDS and n is not None):
         return []
     ranges = source.frame(_SQL)
     start, end = I.union(
@@ -53,7 +53,7 @@ def compiles(source: Source) -> list[Compile]:
     ]
 
 
-def _compiling(name: str) -> bool:
+def compiling(name: str) -> bool:
     """Whether a host range of this name is one of Dynamo's compile ranges (:data:`_SQL`'s test)."""
     return name in COMPILE_RANGES or name.startswith(COMPILE_PREFIX)
 

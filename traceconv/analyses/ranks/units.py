@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import launched
+from traceconv.analyses.prepare import launched, one_offs
 from traceconv.analyses.ranks.model import Breakdown
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import Steps, host_steps, lived, step_label, step_regex
@@ -169,7 +169,7 @@ def unit_steps(source: Source, unit: Unit, pattern: str) -> Steps | None:
         [*params, *steps],
     )
     host = host_steps(ranges.assign(label=ranges["name"].astype(str).map(step_label), is_step=True))
-    return lived(host, launched(source, host)) if host is not None else None
+    return lived(host, launched(source, host), one_offs(source)) if host is not None else None
 
 
 def _clip(segs: tuple[I.I64, I.I64], windows: tuple[I.I64, I.I64]) -> tuple[I.I64, I.I64]:
