@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from traceconv.analyses.results import op_label
+
 
 @dataclasses.dataclass(frozen=True)
 class CopyTotals:
@@ -23,7 +25,7 @@ class OpShare:
 
     @property
     def label(self) -> str:
-        return self.name + (f" in {self.region}" if self.region else "")
+        return op_label(self.name, self.region)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +69,7 @@ class OpChange:
 
     @property
     def label(self) -> str:
-        return self.name + (f" in {self.region}" if self.region else "")
+        return op_label(self.name, self.region)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,6 +50,11 @@ class Bound:
     idle_ns: IdleBreakdown
 
 
+def op_label(name: str, region: str | None) -> str:
+    """An operator with the annotation around it: ``aten::copy_ in data_to_gpu``."""
+    return name + (f" in {region}" if region else "")
+
+
 @dataclasses.dataclass(frozen=True)
 class OpTally:
     """An operator (and the annotation around it, ``region``) that issued copies or syncs."""
@@ -61,8 +66,7 @@ class OpTally:
 
     @property
     def label(self) -> str:
-        """The operator, with the annotation around it: ``aten::copy_ in data_to_gpu``."""
-        return self.name + (f" in {self.region}" if self.region else "")
+        return op_label(self.name, self.region)
 
 
 @dataclasses.dataclass(frozen=True)
