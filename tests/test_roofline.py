@@ -79,6 +79,19 @@ def test_fp32_training_flops_tflops_and_mfu_agree_with_an_independent_count(path
     assert r["matrix"]["flops_known_pct"] == 100.0
 
 
+def test_each_step_has_its_flops_and_tflops_where_flops_are_known_and_none_where_not() -> None:
+    flops, steps = json_matrix_flops(BUGGY)
+    r = summary(BUGGY)["roofline"]
+    rows = r["per_step"]
+    assert [row["step"] for row in rows] == list(range(r["steps"])) and r["steps"] == steps
+    assert sum(row["flops"] for row in rows) == pytest.approx(flops, rel=0.001)
+    for row in rows:
+        assert row["tflops"] == pytest.approx(row["flops"] / row["dur_ns"] / 1e3, rel=0.01)
+    # steps, but no shapes recorded: no step's FLOPs are known, so no row of zeros for each
+    r = summary(fixture("planted/h200/nsys/decode.sqlite", packed=True))["roofline"]
+    assert r["scope"] == "steps" and r["steps"] > 1 and r["flops_per_step"] is None and r["per_step"] == []
+
+
 # -- the profiles of tests/tools/planted (fixtures/planted/manifest.json's "roofline" entries) -------------
 # Dense bf16 tensor-core peaks as NVIDIA's datasheets print them (their sparse figure halved), written out
 # here, not read from traceconv's table: what MFU is measured against.

@@ -75,9 +75,10 @@ def roofline(
     peaks = dev.peaks
     basis, peak = peaks.mfu_basis() if peaks else (None, None)
     step_ns = round(float(np.median(windows.dur_ns))) if len(windows.dur_ns) else 0
-    per_step = TB.step_rows(k, step[step >= 0], windows.dur_ns, gpus, peak)
     flops = float(k["flops"].sum()) / gpus / max(len(windows.dur_ns), 1)
     known = bool(k["known"].any())
+    # a step's FLOP/s only where some FLOPs are known: without them, every step's row would read zero
+    per_step = TB.step_rows(k, step[step >= 0], windows.dur_ns, gpus, peak) if known and windows.name == "steps" else []
     achieved = flops / step_ns / 1e3 if known and step_ns else None
     ops, kernels = TB.op_rows(k, peaks), TB.kernel_rows(k, peaks, active)
     matrix = TB.matrix_time(k, peaks)
@@ -96,7 +97,7 @@ def roofline(
         matrix=matrix,
         ops=ops[:top] if top else ops,
         kernels=kernels[:top] if top else kernels,
-        per_step=per_step if windows.name == "steps" else [],
+        per_step=per_step,
         notes=_notes(dev.note, known, matrix),
     )
 

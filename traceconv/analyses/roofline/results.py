@@ -109,5 +109,5 @@ class Roofline:
     matrix: MatrixTime
     ops: list[OpRoof]
     kernels: list[KernelRoof]
-    per_step: list[StepRoof]
+    per_step: list[StepRoof]  # empty without steps or without known FLOPs
     notes: list[str]
