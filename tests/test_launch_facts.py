@@ -95,6 +95,9 @@ def test_launch_facts_are_those_of_the_kernels(path: Path) -> None:
         if stats is None:
             continue
         want = _truth(table, stats.scope)
+        if stats is summary.window and summary.steps is not None:
+            # the medians are measured for the summary's focus (the steps) only: nothing reads the window's
+            want.update(dict.fromkeys(("tiny_median_ns", "launch_median_ns", "queue_median_ns")))
         got: LaunchFacts = stats.launch
         occupancy = want.pop("occupancy_pct")
         assert {k: getattr(got, k) for k in want} == want, stats.scope.name

@@ -52,33 +52,44 @@ class ScopeStats:
     kernels: pd.DataFrame
     memcpy: dict[str, Copies]
     sync: Syncs
-    launch: LaunchFacts
-    gaps: IdleGaps  # the GPUs' idle gaps by what caused them: what each fix would win, at most
+    launch: LaunchFacts  # its medians: the last scope only (None for the others)
+    gaps: IdleGaps  # the GPUs' idle gaps by cause: what each fix would win, at most (classified: the last scope only)
     per_step: np.ndarray | None = None  # steps: each step's time by part (timeline.busy.PARTS), summed over GPUs
 
 
 def measure(
     source: Source, facts: Facts, scopes: Sequence[Scope], thresholds: Thresholds
 ) -> tuple[list[ScopeStats], Trees]:
-    """The statistics of each scope, and the trees' pass (its samples of operator calls)."""
+    """The statistics of each scope, and the trees' pass (its samples of operator calls). The last scope
+    is the summary's focus (the steps, where there are): only its launch medians are measured and its
+    idle gaps classified, which nothing reads of the others (their gaps' totals give their verdict)."""
     windows = [I.union(s.start_ns, s.end_ns) for s in scopes]
     withins = [source.within(f"in_scope_{k}", *segments) for k, segments in enumerate(windows)]
     lived = [s.gpu for s in scopes]
     source.table(G.GROUPS, G.scope_groups(source, withins))
-    kernel_medians = G.medians(source, withins)
+    kernel_medians = G.medians(source, withins, [k == len(scopes) - 1 for k in range(len(scopes))])  # the focus'
     source.table("scoped_copies", G.scoped_copies(source, withins))
     Y.prepare_calls(source)
     # what the sweep reads of the GPU rows, once per slice of the time line: a table, not the file
     source.table("gpu_spans", B.gpu_times(source))
-    # and each scope's steps one by one (for their critical path), as scopes of the sweep's own
-    each = [GpuWindows(s.each) for s in scopes if s.each is not None]
-    flags = [False] * len(lived) + [True] * len(each)
+    # and each scope's steps one by one (for their critical path), as scopes of the sweep's own; steps
+    # that do not overlap cover the time their union does, so their sweep gives the scope's figures too
+    swept_windows: list[GpuWindows] = []
+    flags: list[bool] = []
+    plan: list[tuple[int, int | None]] = []  # per scope: its figures' place in the sweep, its steps'
+    for scope, gpu in zip(scopes, lived, strict=True):
+        alone = scope.each is not None and not gpu.devices and _disjoint(*scope.each)
+        plan.append((len(swept_windows), len(swept_windows) if alone else None))
+        swept_windows.append(GpuWindows(scope.each) if alone and scope.each is not None else gpu)
+        flags.append(alone)
+    for k, scope in enumerate(scopes):
+        if scope.each is not None and plan[k][1] is None:
+            plan[k] = (plan[k][0], len(swept_windows))
+            swept_windows.append(GpuWindows(scope.each))
+            flags.append(True)
     gap_ns = round(thresholds.launch_gap_us * 1e3)
-    swept = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, lived + each, "SELECT * FROM gpu_spans", gap_ns, flags)
-    per_step = iter(s.per_window for s in swept[len(lived) :])
-    sweeps = [
-        (sw, next(per_step) if scope.each is not None else None) for sw, scope in zip(swept, scopes, strict=False)
-    ]
+    swept = B.sweep(source, Y.SYNC_SPANS, Y.API_SPANS, swept_windows, "SELECT * FROM gpu_spans", gap_ns, flags)
+    sweeps = [(swept[at], swept[steps].per_window if steps is not None else None) for at, steps in plan]
     source.run("DROP TABLE gpu_spans")
     source.run("DROP TABLE api_spans")
     calls = L.scan(source, facts, trace_codes(source), Y.blocking_ids(source))
@@ -91,13 +102,22 @@ def measure(
     else:
         trees = walk(source.batches(query, TREE_BATCH_ROWS), windows, facts.label_names, traces)
     source.register("regions", _regions(trees))
+    # the gaps classified (the syncs behind them, the host's work in them) only for the last scope, the
+    # summary's focus: the others need only their totals (the verdict)
     out = [
-        _measure(source, facts, scope, withins[k], trees, k, (sweeps[k], kernel_medians[k]), thresholds)
+        _measure(
+            source, facts, scope, withins[k], trees, k, (sweeps[k], kernel_medians[k]), thresholds, k == len(scopes) - 1
+        )
         for k, scope in enumerate(scopes)
     ]
     source.run(f"DROP TABLE {G.GROUPS}")
     source.run("DROP TABLE scoped_copies")
     return out, trees
+
+
+def _disjoint(starts: I.I64, ends: I.I64) -> bool:
+    """Whether windows sorted by start follow one another without overlap (they may touch)."""
+    return bool((starts[1:] >= ends[:-1]).all() and (np.diff(starts) >= 0).all())
 
 
 def _measure(
@@ -109,6 +129,7 @@ def _measure(
     k: int,
     passes: tuple[tuple[B.Swept, np.ndarray | None], dict[str, Any]],  # the sweep's, the medians'
     thresholds: Thresholds,
+    classified: bool = True,
 ) -> ScopeStats:
     groups = G.scope_rows(G.GROUPS, k)
     gpu_ns = G.gpu_time(source, groups)
@@ -116,7 +137,7 @@ def _measure(
     busy, idle, gaps = swept.times, swept.idle, swept.gaps
     launch = G.launch_facts(source, groups, kernel_medians)
     calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", within, "start_ns")
-    idle_gaps = GP.idle_gaps(source, gaps)
+    idle_gaps = GP.idle_gaps(source, gaps) if classified else GP.totals(gaps)
     return ScopeStats(
         scope=scope,
         gpu=busy,

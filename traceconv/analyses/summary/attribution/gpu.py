@@ -8,6 +8,7 @@ NCCL kernels (which occupy SMs while they wait) are left out of the occupancy fi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -70,24 +71,29 @@ _OCC = "WHERE occupancy_pct IS NOT NULL"
 MEDIANS = ("tiny_med", "api_med", "queue_med")  # what :func:`medians` gives each scope
 
 
-def medians(source: Source, withins: list[Within]) -> list[dict[str, Any]]:
+def medians(source: Source, withins: list[Within], wanted: Sequence[bool] = ()) -> list[dict[str, Any]]:
     """Per scope, the kernels' medians: execution time of those shorter than their launch call,
-    launch call time, queue time. A statement per measure (each for every scope): an exact median
-    holds every value of its group, so the three together would need three times the memory
-    budget of one (and grow it) on a trace of millions of kernels."""
-    out: list[dict[str, Any]] = [{} for _ in withins]
+    launch call time, queue time; only for the scopes ``wanted`` flags (none flagged: all), None for
+    the others. A statement per measure (each for every scope wanted): an exact median holds every
+    value of its group, so the three together would need three times the memory budget of one (and
+    grow it) on a trace of millions of kernels."""
+    out: list[dict[str, Any]] = [dict.fromkeys(MEDIANS) for _ in withins]
+    ks = [k for k in range(len(withins)) if not wanted or (k < len(wanted) and wanted[k])]
+    if not ks:
+        return out
+    flags = "".join(f", {withins[k].test('g.anchor')} AS in_{k}" for k in ks)
+    joins = "".join(withins[k].join("g.anchor") for k in ks)
     for m, x in zip(MEDIANS, ("dur_ns", "api", "queue_ns"), strict=True):
         tiny = m == "tiny_med"
         picks = ", ".join(
-            f"median({x}) FILTER (WHERE in_{k}{' AND dur_ns < api' if tiny else ''}) AS m_{k}"
-            for k in range(len(withins))
+            f"median({x}) FILTER (WHERE in_{k}{' AND dur_ns < api' if tiny else ''}) AS m_{k}" for k in ks
         )
         row = source.arrow(
-            f"SELECT {picks} FROM (SELECT {'dur_ns, api' if tiny else x}{_flags(withins)} FROM ({_rows(source)}) g"
-            f"{_joins(withins)} WHERE kind = 'kernel')"
+            f"SELECT {picks} FROM (SELECT {'dur_ns, api' if tiny else x}{flags} FROM ({_rows(source)}) g"
+            f"{joins} WHERE kind = 'kernel')"
         ).to_pylist()[0]
-        for k, scope in enumerate(out):
-            scope[m] = row[f"m_{k}"]
+        for k in ks:
+            out[k][m] = row[f"m_{k}"]
     return out
 
 

@@ -21,9 +21,9 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.prepare import HOST_RANGES, NO_OP, host_names
+from traceconv.analyses.prepare import HOST_RANGES, NO_OP, gpu_names, host_names
 from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
-from traceconv.analyses.source import Source, literals
+from traceconv.analyses.source import Source, literals, one_of
 
 SYNC_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event|Ctx|Thread)Synchronize"
@@ -53,24 +53,33 @@ SYNC_SPANS = (
     "SELECT start_ns, end_ns FROM sync_rows UNION ALL SELECT start_ns, end_ns FROM copy_waits) "
     "WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL"
 )
+API_SPANS = "SELECT start_ns AS s, end_ns AS e FROM api_spans"
+_CALLS = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
+
+
 # Copy calls that returned only after their own copy had ended: a copy to pageable memory (PyTorch's
 # .cpu()) is synchronous whatever the call is named, and a staged copy may be too. For the busy
 # sweep the host waits in them as in a sync; for the idle gaps, an HtoD one is staging.
-COPY_WAITS = (
-    "SELECT coalesce(c.trace_id, '') AS trace_id, c.event_id, c.start_ns, c.end_ns, c.op_name, "
-    "bool_or(g.copy_kind = 'HtoD') AS staging FROM events g JOIN events c ON c.kind = 'cuda_api' "
-    "AND c.event_id = g.launch_event_id AND coalesce(c.trace_id, '') = coalesce(g.trace_id, '') "
-    "WHERE g.kind = 'memcpy' AND g.end_ns IS NOT NULL AND c.end_ns >= g.end_ns AND g.end_ns >= c.start_ns "
-    "GROUP BY ALL"
-)
-API_SPANS = "SELECT start_ns AS s, end_ns AS e FROM api_spans"
-_CALLS = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANGES}) a WHERE a.kind = 'cuda_api'"
+def copy_waits(source: Source) -> str:
+    """SQL: the copy calls that returned only after their own copy had ended (see above). The calls are
+    read by the names that launch copies (a test of the few distinct names, not a join of every call)."""
+    launches = [launch for kind, _, launch in gpu_names(source) if kind == "memcpy"]
+    named = (
+        f"AND {one_of('c.name', [n for n in launches if n is not None])} " if None not in launches else ""
+    )  # no copies: false
+    return (
+        "SELECT coalesce(c.trace_id, '') AS trace_id, c.event_id, c.start_ns, c.end_ns, c.op_name, "
+        "bool_or(g.copy_kind = 'HtoD') AS staging FROM events g JOIN events c ON c.kind = 'cuda_api' "
+        f"{named}AND c.event_id = g.launch_event_id AND coalesce(c.trace_id, '') = coalesce(g.trace_id, '') "
+        "WHERE g.kind = 'memcpy' AND g.end_ns IS NOT NULL AND c.end_ns >= g.end_ns AND g.end_ns >= c.start_ns "
+        "GROUP BY ALL"
+    )
 
 
 def prepare_calls(source: Source) -> None:
     """The tables ``api_names`` (the CUDA API calls' names), ``blocking_calls`` (the calls that
     block, with their names and thread), ``sync_rows`` (the sync activity rows that are syncs),
-    ``copy_waits`` (:data:`COPY_WAITS`) and ``api_spans`` (the start and end of every ended call:
+    ``copy_waits`` (:func:`copy_waits`) and ``api_spans`` (the start and end of every ended call:
     millions of rows, two integers each); :func:`classify` then makes ``sync_calls`` of them."""
     names = [n for k, n in host_names(source) if k == "cuda_api"]
     plain = [_VERSION.sub("", str(n)) if n is not None else "" for n in names]
@@ -92,7 +101,7 @@ def prepare_calls(source: Source) -> None:
         f"WHERE name IN ({blocking})",
     )
     source.table("sync_rows", _SYNC_ROWS)
-    source.table("copy_waits", COPY_WAITS)
+    source.table("copy_waits", copy_waits(source))
     spans = f"SELECT start_ns, end_ns FROM ({HOST_RANGES}) WHERE kind = 'cuda_api' AND end_ns IS NOT NULL"
     source.table("api_spans", spans)
 

@@ -169,15 +169,20 @@ def _per_window(starts: I.I64, ends: I.I64, kind: I.I64, ws: I.I64, we: I.I64, i
 
 def _causes(points: I.I64, levels: Sequence[Segments]) -> I.I64:
     """For each point, the first of the nested unions ``levels`` (B u Q, then wider) that covers it
-    (``s <= t < e``), numbered from 1; one past the last where none does."""
+    (``s <= t < e``), numbered from 1; one past the last where none does. Each wider union is searched
+    only for the points the narrower ones left uncovered (most gaps of a busy GPU begin queued)."""
     out = np.full(len(points), len(levels) + 1, np.int64)
-    for n in range(len(levels) - 1, -1, -1):  # widest first: a narrower union that covers it wins
-        s, e = levels[n]
+    todo = np.arange(len(points))
+    for n, (s, e) in enumerate(levels):
+        if not len(todo):
+            break
         if not len(s):
             continue
-        at = np.searchsorted(s, points, side="right") - 1
-        covered = (at >= 0) & (points < e[np.maximum(at, 0)])
-        out[covered] = n + 1
+        t = points[todo]
+        at = np.searchsorted(s, t, side="right") - 1
+        covered = (at >= 0) & (t < e[np.maximum(at, 0)])
+        out[todo[covered]] = n + 1
+        todo = todo[~covered]
     return out
 
 
@@ -207,6 +212,23 @@ def idle_gaps(source: Source, costs: GapCosts, top: int = TOP_ACTIVITY) -> IdleG
         result_wait_ops=result_ops,
         staging_ops=staging_ops,
         host_activity=activity,
+    )
+
+
+def totals(costs: GapCosts) -> IdleGaps:
+    """The gaps of a scope by cause, unclassified: the syncs' gaps all result waits, no operators named,
+    no host activity read (a scope whose totals are all that is read of them: its verdict)."""
+    return IdleGaps(
+        queued_ns=costs.queued,
+        result_wait_ns=costs.sync,
+        staging_ns=0,
+        launch_ns=costs.launch,
+        host_ns=costs.host,
+        host_api_ns=costs.host_api,
+        host_outside_ops_ns=0,
+        result_wait_ops=[],
+        staging_ops=[],
+        host_activity=[],
     )
 
 
