@@ -24,10 +24,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceconv.analyses.prepare import launch_names
-from traceconv.analyses.source import Source, one_of
+from traceconv.analyses.prepare import graph_launched
+from traceconv.analyses.source import Source
 
-GRAPH_LAUNCH = "GraphLaunch"  # what the name of a call that launches a graph holds
 # A replayed row matched to its capture: its operator is not its launch call's (g: the row, l: the call).
 CAPTURED = "coalesce(g.op_event_id IS DISTINCT FROM l.op_event_id AND l.event_id IS NOT NULL, false)"
 LONGEST = 5
@@ -97,12 +96,6 @@ def graphs(source: Source) -> Graphs | None:
     out.sort(key=lambda g: -g.gpu_ns)
     dur = rows["end_ns"] - rows["start_ns"]
     return Graphs(out, bool((rows["kind"] == "graph").any()), int(dur.sum()), int(dur[rows["captured"]].sum()))
-
-
-def graph_launched(source: Source, column: str = "launch_name") -> str:
-    """SQL: whether a GPU row was launched by a call that launches a graph (``column``: the call's name;
-    null where it has none; ``false`` where no call does)."""
-    return one_of(column, launch_names(source, lambda n: GRAPH_LAUNCH in n))
 
 
 NUMBERED = re.compile(r"(?<=[#_ ])\d+$")

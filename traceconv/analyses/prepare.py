@@ -356,10 +356,16 @@ def launch_names(source: Source, test: Callable[[str], bool]) -> list[str]:
     return sorted({n for _, _, n in gpu_names(source) if n is not None and test(n)})
 
 
+def graph_launched(source: Source, column: str = "launch_name") -> str:
+    """SQL: whether a GPU row was launched by a call that launches a graph, a call named
+    ``^(cuda|hip|cu)Graph(Launch|Replay)`` (``column``: the call's name; null where it has none;
+    ``false`` where no call does)."""
+    return one_of(column, launch_names(source, lambda n: bool(_GRAPH_LAUNCH.match(n))))
+
+
 def graph_replayed(source: Source, column: str = "launch_name") -> str:
-    """SQL: whether a GPU row's launch (``column``: its name) is a graph's, a call named
-    ``^(cuda|hip|cu)Graph(Launch|Replay)`` (false, not null, where it has none)."""
-    return f"coalesce({one_of(column, launch_names(source, lambda n: bool(_GRAPH_LAUNCH.match(n))))}, false)"
+    """SQL: :func:`graph_launched`, false (not null) where the row has no launch call."""
+    return f"coalesce({graph_launched(source, column)}, false)"
 
 
 def as_source(data: pa.Table | Source) -> Source:

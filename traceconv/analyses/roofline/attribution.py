@@ -20,8 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.graphs import graph_launched
-from traceconv.analyses.prepare import op_label
+from traceconv.analyses.prepare import graph_launched, op_label
 from traceconv.analyses.roofline import flops as F
 from traceconv.analyses.roofline import tensor_cores as T
 from traceconv.analyses.source import Source, literals

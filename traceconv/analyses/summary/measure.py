@@ -20,8 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.graphs import graph_launched
-from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
+from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, graph_launched
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, IdleGaps, LaunchFacts, Syncs
 from traceconv.analyses.source import Source, Within
 from traceconv.analyses.summary.attribution import gpu as G
