@@ -39,7 +39,7 @@ INPUT_COLUMNS = (
     *("pid", "tid", "device", "stream", "correlation_id", "launch_event_id", "launch_name", "launch_start_ns"),
     "launch_end_ns",
     *("queue_ns", "op_event_id", "op_name", "occupancy_pct", "bytes", "copy_kind", "src_kind", "dst_kind"),
-    *("sync_type", "total_allocated_bytes", "total_reserved_bytes", "args"),
+    *("sync_type", "total_allocated_bytes", "total_reserved_bytes", "args", "category"),
     *("est_occupancy_pct", "theoretical_occupancy_pct", "occupancy_limiter", "value", "unit", "graph_id"),
 )
 # The host ranges, as a query over ``events``.

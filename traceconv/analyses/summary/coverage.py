@@ -102,9 +102,9 @@ def _open_steps(source: Source) -> int:
 
 def _dropped(source: Source) -> list[str]:
     """What Nsight Systems' diagnostics said about events it lost."""
-    if not source.has("category"):
+    if not source.has("category") or not kind_counts(source).get("other"):  # the reader writes them as ``other``
         return []
-    names = source.arrow("SELECT DISTINCT name FROM events WHERE category = 'DIAGNOSTIC_EVENT' AND name IS NOT NULL")[
-        "name"
-    ].to_pylist()
+    names = source.arrow(
+        "SELECT DISTINCT name FROM events WHERE kind = 'other' AND category = 'DIAGNOSTIC_EVENT' AND name IS NOT NULL"
+    )["name"].to_pylist()
     return [str(n).strip() for n in names if _DROPPED.search(str(n))][:3]
