@@ -8,7 +8,9 @@ step's completion to its own; :mod:`.model`). Unchanged, the replay reproduces t
 times, so the prediction is the trace's step time moved by what the change does in the graph.
 :mod:`.path` breaks each step's time into the parts of its critical path. On several ranks every
 rank is replayed, coupled through the collectives matched across them (:mod:`.coupled`,
-:mod:`.job`), and the job's step is the slowest rank's.
+:mod:`.job`), and the job's step is the slowest rank's. On one rank, the graph is kept in the
+Source's database and replayed a window of calls at a time (:mod:`.store`), both replays in one
+pass, so that memory stays flat as traces grow.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ import pyarrow as pa
 
 from traceconv.analyses.prepare import as_source, prepare
 from traceconv.analyses.ranks import several
-from traceconv.analyses.results import CriticalPath, plain
+from traceconv.analyses.results import plain
 from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN
 from traceconv.analyses.whatif import changes as CH
 from traceconv.analyses.whatif.job import whatif_ranks
-from traceconv.analyses.whatif.model import Model, critical_path, model, pace, step_windows, unchanged
-from traceconv.analyses.whatif.replay import Change, Timeline, replay
+from traceconv.analyses.whatif.model import Measure, Measured, Model, critical_path, measure, model
+from traceconv.analyses.whatif.replay import Carry, Change, replay
+from traceconv.analyses.whatif.replay import prepare as prepare_replay
 from traceconv.analyses.whatif.result import RankStep, WhatIf
 from traceconv.errors import UsageError
 
-__all__ = ["Model", "RankStep", "WhatIf", "as_dict", "model", "predict", "step_windows", "whatif"]
+__all__ = ["Model", "RankStep", "WhatIf", "as_dict", "model", "predict", "whatif"]
 
 
 def whatif(
@@ -48,45 +51,43 @@ def whatif(
     m = model(source, step_pattern, facts)
     if rank is not None:
         raise UsageError(None, f"--rank {rank}: the input holds one rank", "leave --rank out, or add the other ranks")
-    # One replay at a time: each holds a few numbers per call and GPU row.
-    count, replayed, path = _measured(m, unchanged(m))
-    after, matched = _changed(m, removes, scales)
-    _, moved, predicted_path = _measured(m, after)
+    base, after, matched = _replayed(m, removes, scales)
     measured = m.measured_ns
-    predicted = measured + moved - replayed  # the replay's own error cancels
+    predicted = measured + after.pace - base.pace  # the replay's own error cancels
     notes = [n for c in matched for n in c.notes]
-    if replayed != measured:
-        notes.append(f"the unchanged replay gives {replayed:,} ns a step against {measured:,} measured")
+    if base.pace != measured:
+        notes.append(f"the unchanged replay gives {base.pace:,} ns a step against {measured:,} measured")
     return WhatIf(
         source=m.facts.source,
-        steps=count,
+        steps=base.count,
         step_ns=measured,
         predicted_step_ns=predicted,
         saving_ns=measured - predicted,
         saving_pct=round((measured - predicted) * 100.0 / measured, 1) if measured else 0.0,
-        critical_path=path,
-        predicted_critical_path=predicted_path,
+        critical_path=critical_path(base),
+        predicted_critical_path=critical_path(after),
         changed=matched,
         notes=notes,
     )
 
 
 def predict(m: Model, change: Change) -> int:
-    """The median step with ``change`` (for the findings' savings)."""
-    after = replay(m.graph, m.prepared, change)
-    return m.measured_ns + pace(m, after, step_windows(m, after)) - m.replayed_ns
+    """The median step with ``change``, made of the whole graph (for the findings' savings)."""
+    return m.measured_ns + measure(m, replay(m.graph, m.prepared, change), spans=False).pace - m.replayed_ns
 
 
-def _changed(m: Model, removes: list[str], scales: list[str]) -> tuple[Timeline, list[CH.Matched]]:
-    """The graph replayed with the changes asked for, and what each matched (the change itself let go)."""
-    change, matched = CH.parse(m.graph, removes, scales)
-    return replay(m.graph, m.prepared, change), matched
-
-
-def _measured(m: Model, t: Timeline) -> tuple[int, int, CriticalPath]:
-    """A replayed timeline's steps: how many, their pace, and the critical path."""
-    w = step_windows(m, t)
-    return len(w[0]), pace(m, t, w), critical_path(m, t, w)
+def _replayed(m: Model, removes: list[str], scales: list[str]) -> tuple[Measured, Measured, list[CH.Matched]]:
+    """The graph replayed unchanged and with the changes asked for, a window at a time, both measured;
+    and what each change matched."""
+    changes = CH.Changes(removes, scales)
+    measures, carries = (Measure(m), Measure(m)), (Carry(), Carry())
+    last: dict[int, int] = {}  # per lane, the end of its last row launched so far
+    for g in m.store.windows():
+        p = prepare_replay(g, last)
+        for change, carry, out in zip((Change.none(g), changes.of(g)), carries, measures, strict=True):
+            out.add(g, p, replay(g, p, change, carry=carry))
+    assert m.facts.steps is not None
+    return measures[0].done(), measures[1].done(), changes.matched(m.facts.steps.count)
 
 
 def as_dict(r: WhatIf) -> dict[str, Any]:

@@ -42,19 +42,70 @@ class Matched:
 
 
 def parse(g: Graph, removes: list[str], scales: list[str]) -> tuple[Change, list[Matched]]:
-    """The changes asked for, applied together, and what each matched."""
-    c = Change.none(g)
-    gaps = _host_gaps(g)
-    out = []
-    for spec in removes:
-        one = Change.none(g)
-        out.append(_per_step(g, _remove(g, spec, gaps, one, one.no_wait), one))
-        c = _both(c, one)
-    for spec in scales:
-        one = Change.none(g)
-        out.append(_per_step(g, _scale(g, spec, gaps, one.host, one.call, one.gpu), one))
-        c = _both(c, one)
-    return c, out
+    """The changes asked for of a whole graph, applied together, and what each matched."""
+    changes = Changes(removes, scales)
+    return changes.of(g), changes.matched(g.steps.count)
+
+
+class Changes:
+    """The changes asked for, made a window of the process's calls at a time (:mod:`.store`), in
+    order: what the host did before a window (its reach, the last call that issued a copy) goes on
+    to the next, and what each change matched adds up."""
+
+    def __init__(self, removes: list[str], scales: list[str]) -> None:
+        self.specs = [(True, spec) for spec in removes] + [(False, spec) for spec in scales]
+        self._state = [_Spec() for _ in self.specs]
+        self._reach: int | None = None  # the latest end of the calls before the window
+
+    def of(self, g: Graph) -> Change:
+        """The window's change: every change asked for, applied together."""
+        c = Change.none(g)
+        gaps = self._host_gaps(g)
+        for (removing, spec), st in zip(self.specs, self._state, strict=True):
+            one = Change.none(g)
+            (_remove if removing else _scale)(g, spec, gaps, one, st)
+            _per_step(g, st, one)
+            c = _both(c, one)
+        return c
+
+    def matched(self, steps: int) -> list[Matched]:
+        """What each change matched in the steps, per step (``steps``: how many)."""
+        n = max(steps, 1)
+        out = []
+        for (removing, spec), st in zip(self.specs, self._state, strict=True):
+            m = Matched(f"{'remove' if removing else 'scale'} {spec}")
+            m.calls = round(float(st.calls) / n, 1)
+            m.gpu_rows = round(float(st.rows) / n, 1)
+            m.host_ns = round(-float(st.host) / n)
+            m.gpu_ns = round(st.gpu / n)
+            if st.pattern is not None and not st.hit:
+                m.notes.append(f"no operator matches {st.pattern!r}")
+            out.append(m)
+        return out
+
+    def _host_gaps(self, g: Graph) -> _Gaps:
+        c = g.calls
+        if not len(c.start):
+            return _Gaps(c.start, c.start)
+        first = int(c.start[0]) if self._reach is None else self._reach
+        reach = np.maximum.accumulate(np.maximum(c.end, first) if self._reach is not None else c.end)
+        before = np.concatenate(([first], reach[:-1]))
+        self._reach = int(reach[-1])
+        return _Gaps(np.minimum(before, c.start), c.start)
+
+
+@dataclass
+class _Spec:
+    """One change's state across the windows: what it matched so far, and what the next window needs."""
+
+    calls: int = 0  # the calls it changed in the steps
+    rows: int = 0  # the GPU rows
+    host: int = 0  # the host time it added there (negative: removed)
+    gpu: float = 0.0  # the GPU time it removed there
+    issued: bool = False  # the last call before the window issued a removed copy
+    pattern: str | None = None  # an operator change's pattern ...
+    hit: bool = False  # ... and whether it matched something
+    spans: tuple[I.I64, I.I64] | None = None  # the union of the operators it matches
 
 
 def _both(a: Change, b: Change) -> Change:
@@ -66,20 +117,17 @@ def _both(a: Change, b: Change) -> Change:
     return a
 
 
-def _per_step(g: Graph, m: Matched, one: Change) -> Matched:
+def _per_step(g: Graph, st: _Spec, one: Change) -> None:
     """What the change did inside the steps (calls that start in a step's host range, GPU rows they
-    launched), per step."""
-    st, c, r = g.steps, g.calls, g.gpu
-    k = np.searchsorted(st.cpu_start_ns, c.start, side="right") - 1
-    inside = (k >= 0) & (c.start < st.cpu_end_ns[np.maximum(k, 0)])
+    launched), added to ``st``."""
+    steps, c, r = g.steps, g.calls, g.gpu
+    k = np.searchsorted(steps.cpu_start_ns, c.start, side="right") - 1
+    inside = (k >= 0) & (c.start < steps.cpu_end_ns[np.maximum(k, 0)])
     rows = (r.call >= 0) & inside[np.maximum(r.call, 0)]
-    n = max(st.count, 1)
-    changed_rows = rows & (one.gpu != 1.0)
-    m.calls = round(float((inside & (one.no_wait | (one.host != 0) | (one.call != 0))).sum()) / n, 1)
-    m.gpu_rows = round(float(changed_rows.sum()) / n, 1)
-    m.host_ns = round(-float(one.host[inside].sum() + one.call[inside].sum()) / n)
-    m.gpu_ns = round(float(((r.end - r.start) * (1.0 - one.gpu))[rows].sum()) / n)
-    return m
+    st.calls += int((inside & (one.no_wait | (one.host != 0) | (one.call != 0))).sum())
+    st.rows += int((rows & (one.gpu != 1.0)).sum())
+    st.host += int(one.host[inside].sum() + one.call[inside].sum())
+    st.gpu += float(((r.end - r.start) * (1.0 - one.gpu))[rows].sum())
 
 
 @dataclass(frozen=True)
@@ -94,17 +142,9 @@ class _Gaps:
         return I.covered_below(*segments, self.end) - I.covered_below(*segments, self.start)
 
 
-def _host_gaps(g: Graph) -> _Gaps:
-    c = g.calls
-    reach = np.maximum.accumulate(c.end)
-    before = np.concatenate(([c.start[0] if len(c.start) else 0], reach[:-1]))
-    return _Gaps(np.minimum(before, c.start), c.start)
-
-
-def _remove(g: Graph, spec: str, gaps: _Gaps, one: Change, no_wait: I.Bools) -> Matched:
-    host, call, gpu = one.host, one.call, one.gpu
+def _remove(g: Graph, spec: str, gaps: _Gaps, one: Change, st: _Spec) -> None:
+    host, call, gpu, no_wait = one.host, one.call, one.gpu, one.no_wait
     what, _, arg = spec.partition(":")
-    m = Matched(f"remove {spec}")
     c, r = g.calls, g.gpu
     if what == "syncs" and not arg:
         hit = c.sync
@@ -119,7 +159,8 @@ def _remove(g: Graph, spec: str, gaps: _Gaps, one: Change, no_wait: I.Bools) -> 
         issuing = np.zeros(len(c.start), np.bool_)
         issuing[r.call[rows & (r.call >= 0)]] = True
         # the calls that waited for them (their own staging, the stream sync right after), no longer wait
-        staged = issuing | (c.staging & np.r_[False, issuing[:-1]])
+        staged = issuing | (c.staging & np.r_[st.issued, issuing[:-1]])
+        st.issued = bool(issuing[-1]) if len(issuing) else st.issued
         no_wait |= staged
         # a pageable copy's call returns once the runtime has staged it, often before the copy
         # ends: no wait, but its time is the copy's; it keeps a launch's cost
@@ -132,25 +173,25 @@ def _remove(g: Graph, spec: str, gaps: _Gaps, one: Change, no_wait: I.Bools) -> 
         busy = np.zeros(len(c.start), np.bool_)
         busy[r.call[r.call >= 0]] = True
         busy |= c.sync
-        last = np.maximum.accumulate(np.where(busy, np.arange(len(c.start)), -1))
-        before = np.r_[-1, last[:-1]]  # the last such call before each call
-        at = np.flatnonzero(uploads & (before >= 0))
+        none = -2 if g.first else -1  # -1: the window before's last call (a synchronisation)
+        last = np.maximum.accumulate(np.where(busy, np.arange(len(c.start)), none))
+        before = np.r_[none, last[:-1]]  # the last such call before each call
+        at = np.flatnonzero(uploads & (before >= -1))
         marks = np.zeros(len(c.start) + 1, np.int64)  # the gaps from each one's call after `before` to it
         np.add.at(marks, before[at] + 1, 1)
         np.add.at(marks, at + 1, -1)
         made = np.where(np.cumsum(marks)[:-1] > 0, gaps.end - gaps.start, 0)
         host -= made
-
     elif what == "op" and arg:
-        _ops(g, arg, 0.0, gaps, host, gpu, m)
+        _ops(g, arg, 0.0, gaps, host, gpu, st)
     elif what == "host" and arg == "outside-ops":
         host -= (gaps.end - gaps.start) - gaps.covered(g.ranges)
     else:
         raise UsageError(None, f"--remove {spec!r} is not a change traceconv knows", EXAMPLES)
-    return m
 
 
-def _scale(g: Graph, spec: str, gaps: _Gaps, host: I.I64, call: I.I64, gpu: np.ndarray) -> Matched:
+def _scale(g: Graph, spec: str, gaps: _Gaps, one: Change, st: _Spec) -> None:
+    host, call, gpu = one.host, one.call, one.gpu
     target, sep, factor_text = spec.rpartition("=")
     try:
         factor = float(factor_text)
@@ -159,13 +200,12 @@ def _scale(g: Graph, spec: str, gaps: _Gaps, host: I.I64, call: I.I64, gpu: np.n
     if not sep or factor < 0:
         raise UsageError(None, f"--scale {spec!r} is not WHAT=FACTOR (a factor >= 0)", EXAMPLES)
     what, _, arg = target.partition(":")
-    m = Matched(f"scale {spec}")
     c, r = g.calls, g.gpu
     if what == "kernel" and arg:
         rows = r.kind.eq("kernel") & _matches(r.name, arg)
         gpu[rows] *= factor
     elif what == "op" and arg:
-        _ops(g, arg, factor, gaps, host, gpu, m)
+        _ops(g, arg, factor, gaps, host, gpu, st)
     elif what == "host" and not arg:
         host += np.rint((gaps.end - gaps.start) * (factor - 1.0)).astype(np.int64)
     elif what == "launch" and not arg:
@@ -174,18 +214,18 @@ def _scale(g: Graph, spec: str, gaps: _Gaps, host: I.I64, call: I.I64, gpu: np.n
         call[launches] += np.rint(own[launches] * (factor - 1.0)).astype(np.int64)
     else:
         raise UsageError(None, f"--scale {spec!r} is not a change traceconv knows", EXAMPLES)
-    return m
 
 
-def _ops(g: Graph, pattern: str, factor: float, gaps: _Gaps, host: I.I64, gpu: np.ndarray, m: Matched) -> None:
+def _ops(g: Graph, pattern: str, factor: float, gaps: _Gaps, host: I.I64, gpu: np.ndarray, st: _Spec) -> None:
     """The matching operators' host time (the host gaps they cover) and GPU work, times ``factor``."""
     rows = _matches(g.gpu.op, pattern)
     gpu[rows] *= factor
-    spans = g.op_ranges(pattern)
-    covered = gaps.covered(spans)
+    if st.spans is None:  # the operators are the whole process's: their union is made once
+        st.spans = g.op_ranges(pattern)
+    covered = gaps.covered(st.spans)
     host += np.rint(covered * (factor - 1.0)).astype(np.int64)
-    if not rows.any() and not covered.any():
-        m.notes.append(f"no operator matches {pattern!r}")
+    st.pattern = pattern
+    st.hit = st.hit or bool(rows.any() or covered.any())
 
 
 def _matches(names: Coded, pattern: str) -> I.Bools:

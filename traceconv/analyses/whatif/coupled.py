@@ -33,10 +33,9 @@ from traceconv.analyses.ranks import calls as C
 from traceconv.analyses.ranks import match as M
 from traceconv.analyses.ranks import units as U
 from traceconv.analyses.source import Source
-from traceconv.analyses.whatif.graph import Graph
+from traceconv.analyses.whatif.graph import NONE, Graph
 from traceconv.analyses.whatif.model import Model, classify, model
 from traceconv.analyses.whatif.replay import Change, Floors, Timeline, replay
-from traceconv.analyses.whatif.schedule import NONE
 from traceconv.errors import UsageError
 
 MAX_ROUNDS = 64  # each round settles at least one more collective of the chain

@@ -13,7 +13,7 @@ from traceconv.analyses.prepare import Facts
 from traceconv.analyses.source import Source
 from traceconv.analyses.whatif import changes as CH
 from traceconv.analyses.whatif.coupled import Coupling, Rank, Replayed, ranks, replay_all
-from traceconv.analyses.whatif.model import critical_path, pace, step_windows
+from traceconv.analyses.whatif.model import critical_path, measure
 from traceconv.analyses.whatif.replay import Change, Timeline
 from traceconv.analyses.whatif.result import RankStep, WhatIf
 from traceconv.errors import UsageError
@@ -43,10 +43,8 @@ def whatif_ranks(
         predicted_step_ns=predicted,
         saving_ns=measured - predicted,
         saving_pct=round((measured - predicted) * 100.0 / measured, 1) if measured else 0.0,
-        critical_path=critical_path(m, base.timelines[slow], step_windows(m, base.timelines[slow])),
-        predicted_critical_path=critical_path(
-            m_after, after.timelines[slow_after], step_windows(m_after, after.timelines[slow_after])
-        ),
+        critical_path=critical_path(measure(m, base.timelines[slow])),
+        predicted_critical_path=critical_path(measure(m_after, after.timelines[slow_after])),
         changed=_matched([p[1] for p in parsed if p is not None]),
         notes=_notes(rs, cp, made, base, after),
         ranks=steps,
@@ -69,8 +67,8 @@ def _chosen(rs: Sequence[Rank], rank: str | None) -> set[int]:
 def _step(r: Rank, changed: bool, base: Timeline, after: Timeline) -> tuple[RankStep, int]:
     """The rank's step measured and predicted, and as the unchanged replay gives it."""
     m = r.model
-    replayed = pace(m, base, step_windows(m, base))
-    moved = pace(m, after, step_windows(m, after))
+    replayed = measure(m, base, spans=False).pace
+    moved = measure(m, after, spans=False).pace
     assert m.facts.steps is not None
     count, measured = m.facts.steps.count, m.measured_ns
     return RankStep(r.rank, r.label, count, measured, measured + moved - replayed, changed, replayed), replayed

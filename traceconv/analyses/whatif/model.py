@@ -1,8 +1,10 @@
 """One process's steps ready to be replayed (:class:`Model`), and what a replayed timeline says of
-them: the steps' windows, their pace and their critical path.
+them (:class:`Measure`): the steps' windows, their pace and their critical path.
 
 The steps of both the trace and a replay are measured as :mod:`traceconv.analyses.steps` defines
-them (each from the previous step's completion to its own).
+them (each from the previous step's completion to its own). A replay is measured a window of calls
+at a time (:mod:`.store`): per step, only a few numbers are kept, and the spans the critical path
+reads are written to disk (:mod:`.kept`), to be read back a batch of steps at a time.
 """
 
 from __future__ import annotations
@@ -20,23 +22,24 @@ from traceconv.analyses.source import Source
 from traceconv.analyses.steps import STEP_PATTERN, Launched, windows
 from traceconv.analyses.summary.attribution import syncs as Y
 from traceconv.analyses.whatif import path as P
-from traceconv.analyses.whatif.graph import Graph, build
+from traceconv.analyses.whatif.graph import Graph
+from traceconv.analyses.whatif.kept import Kept
 from traceconv.analyses.whatif.replay import Change, Timeline, replay
 from traceconv.analyses.whatif.replay import prepare as prepare_replay
+from traceconv.analyses.whatif.store import Store, store
 from traceconv.errors import UsageError
 
 TOP_ITEMS = 5
+BATCH_ROWS = 1 << 18  # the critical path reads the spans of about this many GPU rows at a time
 
 
 @dataclass(frozen=True)
 class Model:
-    """An input ready to be replayed: its facts, graph and what the replay needs. The graph replayed
-    unchanged is made where it is needed (:func:`unchanged`), not kept: it holds a few numbers per
-    call and GPU row, as much as a changed replay."""
+    """An input ready to be replayed: its facts, and its graph in the Source's database (read a
+    window at a time, or whole: :attr:`graph`)."""
 
     facts: Facts
-    graph: Graph
-    prepared: Any
+    store: Store
 
     @property
     def measured_ns(self) -> int:
@@ -44,11 +47,24 @@ class Model:
         return self.facts.steps.median_ns if self.facts.steps is not None else 0
 
     @functools.cached_property
+    def _whole(self) -> tuple[Graph, Any]:
+        g = next(self.store.windows(whole=True))
+        return g, prepare_replay(g)
+
+    @property
+    def graph(self) -> Graph:
+        """The whole graph in memory (several ranks replayed together, the findings' savings)."""
+        return self._whole[0]
+
+    @property
+    def prepared(self) -> Any:
+        return self._whole[1]
+
+    @functools.cached_property
     def replayed_ns(self) -> int:
         """The steps' pace in the graph replayed unchanged: what a prediction is measured against,
         so that the replay's own error cancels."""
-        base = unchanged(self)
-        return pace(self, base, step_windows(self, base))
+        return measure(self, unchanged(self), spans=False).pace
 
 
 def model(
@@ -63,14 +79,14 @@ def model(
         )
     if not classified:
         classify(source)
-    g = build(source, facts.steps)
-    if not len(g.gpu.start):
+    s = store(source, facts.steps)
+    if not s.rows:
         raise UsageError(None, "the steps' process launched no GPU work", "profile with CUDA activities on")
-    return Model(facts, g, prepare_replay(g))
+    return Model(facts, s)
 
 
 def unchanged(m: Model) -> Timeline:
-    """The graph replayed without a change: the trace's own times, but for the replay's errors."""
+    """The whole graph replayed without a change: the trace's own times, but for the replay's errors."""
     return replay(m.graph, m.prepared, Change.none(m.graph))
 
 
@@ -80,82 +96,110 @@ def classify(source: Source) -> None:
     Y.classify(source)
 
 
-def step_windows(m: Model, t: Timeline) -> tuple[I.I64, I.I64]:
-    """The steps' windows in a replayed timeline: their host ranges moved with the host, their GPU
-    work where the replay put it."""
-    st, c, r = m.facts.steps, m.graph.calls, m.graph.gpu
-    assert st is not None
-    host_start, host_end = moved(m, t, st.cpu_start_ns), moved(m, t, st.cpu_end_ns)
-    anchor = np.where(r.call >= 0, c.start[np.maximum(r.call, 0)], r.start)
-    k = np.searchsorted(st.cpu_start_ns, anchor, side="right") - 1
-    inside = (k >= 0) & (anchor < st.cpu_end_ns[np.maximum(k, 0)])
-    first = np.full(st.count, np.iinfo(np.int64).max, np.int64)
-    last = np.full(st.count, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(first, k[inside], t.gpu_start[inside])
-    np.maximum.at(last, k[inside], t.gpu_end[inside])
-    launched = np.zeros(st.count, np.bool_)
-    launched[k[inside]] = True
-    earlier = anchor < st.cpu_start_ns[0]
-    before = int(t.gpu_end[earlier].max()) if earlier.any() else None
-    return windows(host_start, host_end, Launched(first, last, launched, before))
+def measure(m: Model, t: Timeline, spans: bool = True) -> Measured:
+    """A replay of the whole graph, measured."""
+    out = Measure(m, spans)
+    out.add(m.graph, m.prepared, t)
+    return out.done()
 
 
-def critical_path(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> CriticalPath:
-    g = m.graph
-    starts, ends = w
-    waits = m.prepared.waits
-    spans = P.Spans(
-        gpu=(t.gpu_start, t.gpu_end, g.gpu.klass),
-        queued=I.union(*_queued(g, t)),
-        waits=I.union(t.call_start[waits], t.call_end[waits]),
-        ops=g.ranges,
-    )
-    parts = P.per_step(spans, starts, ends)
+@dataclass(frozen=True)
+class Measured:
+    """A replay's steps: their windows and pace, and the spans of its critical path (None: not kept)."""
+
+    model: Model
+    starts: I.I64
+    ends: I.I64
+    pace: int
+    spans: Kept | None
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+
+class Measure:
+    """A replay's steps, measured from its windows, fed in order (:meth:`add`); ``spans``: keep what
+    the critical path reads."""
+
+    def __init__(self, m: Model, spans: bool = True) -> None:
+        st = m.facts.steps
+        assert st is not None
+        self.model = m
+        self.kept = Kept(m.store.source) if spans else None
+        self.first = np.full(st.count, np.iinfo(np.int64).max, np.int64)
+        self.last = np.full(st.count, np.iinfo(np.int64).min, np.int64)
+        self.launched = np.zeros(st.count, np.bool_)
+        self.before: int | None = None
+        self.host_start, self.host_end = st.cpu_start_ns.copy(), st.cpu_end_ns.copy()
+
+    def add(self, g: Graph, p: Any, t: Timeline) -> None:
+        """A window's replay."""
+        st, c, r = g.steps, g.calls, g.gpu
+        anchor = np.where(r.call >= 0, c.start[np.maximum(r.call, 0)], r.start)
+        k = np.searchsorted(st.cpu_start_ns, anchor, side="right") - 1
+        inside = (k >= 0) & (anchor < st.cpu_end_ns[np.maximum(k, 0)])
+        np.minimum.at(self.first, k[inside], t.gpu_start[inside])
+        np.maximum.at(self.last, k[inside], t.gpu_end[inside])
+        self.launched[k[inside]] = True
+        earlier = anchor < st.cpu_start_ns[0]
+        if earlier.any():
+            self.before = max(self.before or np.iinfo(np.int64).min, int(t.gpu_end[earlier].max()))
+        for times, base in ((self.host_start, st.cpu_start_ns), (self.host_end, st.cpu_end_ns)):
+            _move(times, base, c.start, t.call_start - c.start)
+        if self.kept is not None:
+            launched = r.call >= 0
+            qs, qe = t.call_end[r.call[launched]], t.gpu_start[launched]
+            keep = qe > qs
+            self.kept.add(
+                (t.gpu_start, t.gpu_end, r.klass, r.name.codes),
+                (qs[keep], qe[keep]),
+                (t.call_start[p.waits], t.call_end[p.waits]),
+            )
+
+    def done(self) -> Measured:
+        starts, ends = windows(
+            self.host_start, self.host_end, Launched(self.first, self.last, self.launched, self.before)
+        )
+        host = self.host_end - self.host_start
+        pace = max(round(float(np.median(ends - starts))), round(float(np.median(host))))
+        return Measured(self.model, starts, ends, pace, self.kept)
+
+
+def _move(times: I.I64, base: I.I64, start: I.I64, shift: I.I64) -> None:
+    """Host times (``base``, as in the trace) moved as the replay moved the last call that started at
+    or before each, in ``times``: those at or after the window's first call (``start``, their
+    ``shift``), which the windows after correct where their calls came later."""
+    if not len(start):
+        return
+    mine = base >= start[0]
+    at = np.searchsorted(start, base[mine], side="right") - 1
+    times[mine] = base[mine] + shift[at]
+
+
+def critical_path(r: Measured) -> CriticalPath:
+    """The critical path of a replay's steps: the median step's parts, each part's median, and the GPU
+    work that took most of the steps' time."""
+    kept = r.spans
+    assert kept is not None
+    starts, ends = r.starts, r.ends
+    batch = max(1, len(starts) * BATCH_ROWS // max(kept.rows, 1))
+    ops = r.model.store.ops.ranges
+    parts = P.per_step(lambda t0, t1: kept.spans(t0, t1, ops), starts, ends, batch)
     dur = ends - starts
     mid = int(np.argsort(dur, kind="stable")[len(dur) // 2])
     medians = {p: round(float(v)) for p, v in zip(P.PARTS, np.median(parts, axis=0), strict=True)}
     return CriticalPath(
-        int(dur[mid]), dict(zip(P.PARTS, (int(v) for v in parts[mid]), strict=True)), medians, _longest(g, t, w)
+        int(dur[mid]), dict(zip(P.PARTS, (int(v) for v in parts[mid]), strict=True)), medians, _longest(r, kept)
     )
 
 
-def pace(m: Model, t: Timeline, w: tuple[I.I64, I.I64]) -> int:
-    """The steps' pace in a timeline: the median window, but no faster than the host issues steps.
-    A short capture whose host ran ahead leaves a backlog on the GPU; a change that speeds the GPU up
-    drains it at the GPU's pace for the few steps replayed, while in the steady state the host's
-    pace bounds the step."""
-    st = m.facts.steps
-    assert st is not None
-    host = moved(m, t, st.cpu_end_ns) - moved(m, t, st.cpu_start_ns)
-    return max(round(float(np.median(w[1] - w[0]))), round(float(np.median(host))))
-
-
-def moved(m: Model, t: Timeline, times: I.I64) -> I.I64:
-    """Host times moved as the replay moved the last call that started at or before each."""
-    c = m.graph.calls
-    at = np.searchsorted(c.start, times, side="right") - 1
-    return times + np.where(at >= 0, (t.call_start - c.start)[np.maximum(at, 0)], 0)
-
-
-def _queued(g: Graph, t: Timeline) -> tuple[I.I64, I.I64]:
-    """Each launched row from its launching call's end to its start (where it waited to start)."""
-    r = g.gpu
-    launched = r.call >= 0
-    s = t.call_end[r.call[launched]]
-    e = t.gpu_start[launched]
-    keep = e > s
-    return s[keep], e[keep]
-
-
-def _longest(g: Graph, t: Timeline, w: tuple[I.I64, I.I64]) -> list[dict[str, Any]]:
+def _longest(r: Measured, kept: Kept) -> list[dict[str, Any]]:
     """The GPU work that took most of the steps' time, per step."""
-    starts, ends = w
-    inside = (t.gpu_start >= starts[0]) & (t.gpu_end <= ends[-1])
-    codes = g.gpu.name.codes[inside]
-    dur = (t.gpu_end - t.gpu_start)[inside]
-    totals = np.bincount(codes + 1, weights=dur, minlength=len(g.gpu.name.values) + 1)  # +1: null is -1
+    starts, ends = r.starts, r.ends
+    names = [None, *r.model.store.strings]
+    totals = kept.totals(int(starts[0]), int(ends[-1]), len(r.model.store.strings))
     top = np.argsort(-totals, kind="stable")[:TOP_ITEMS]
-    names = [None, *g.gpu.name.values]
     return [
         {"name": str(names[k]), "ns_per_step": round(float(totals[k]) / max(len(starts), 1))} for k in top if totals[k]
     ]

@@ -12,11 +12,14 @@ row keeps, of the trace, the constraint that bound it; the other is taken at its
 Replayed with no change, every time is the trace's own: the replay's errors are only those of
 the change. Rows are replayed segment by segment between the calls that wait (:mod:`.schedule`:
 a segment moves each stream's running maximum by one number, and every row's times come from one
-pass over the streams once the waits are known).
+pass over the streams once the waits are known). A graph may be a window of the process's calls
+(:mod:`.store`): the windows are replayed in order, each handing the next what the replay had
+reached (:class:`Carry`: the host's shift, each stream's running numbers, the ends of the rows
+waited for), and give the times one replay of the whole would.
 
 A row that waited on the GPU for a collective on another stream of its device (DDP's optimizer
 after the gradients' all-reduce, through an event the trace does not name) is found by its time:
-launched well before it started, it started within :data:`DEP_GAP_NS` of the end of a
+launched well before it started, it started within ``DEP_GAP_NS`` (:mod:`.store`) of the end of a
 communication kernel launched before it on another stream. It is replayed after that kernel,
 its launch taking the usual delay; a segment starts at its launching call, so that the kernel it
 waits for is replayed before it.
@@ -29,17 +32,16 @@ its wait as the trace's kernel does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.whatif.graph import Graph
-from traceconv.analyses.whatif.schedule import NONE, Schedule, along_lanes, group_max, lane_maximum, schedule
+from traceconv.analyses.whatif.graph import NONE, Graph
+from traceconv.analyses.whatif.schedule import Schedule, along_lanes, group_max, lane_maximum, schedule
 
 NO_WAIT_NS = 3_000  # what a sync costs the host when it has nothing to wait for (at most its own time)
 DEVICE_WIDE = ("Device", "Ctx", "Thread")  # syncs that wait for every stream of the device
-DEP_GAP_NS = 10_000  # a row that starts this soon after a collective on another stream ended waited for it
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,19 @@ class Timeline:
     gpu_end: I.I64
 
 
+@dataclass
+class Carry:
+    """What the replay of the windows before hands the next (none: the first): the host's shift,
+    the change's host time so far, and per lane the running numbers of :mod:`.schedule`."""
+
+    shift: int = 0
+    host: int = 0  # the change's host time added before the window (``Change.host``)
+    call: int = 0  # and to the calls' own durations (``Change.call``)
+    best: dict[int, int] = field(default_factory=dict)  # per lane: the running maximum of ready + dur - T
+    last_total: dict[int, int] = field(default_factory=dict)  # per lane: T at its last row
+    known: dict[int, int] = field(default_factory=dict)  # the replayed end of each row others wait for (by id)
+
+
 @dataclass(frozen=True)
 class _Prepared:
     """What the replay needs of the trace, worked out once for every change."""
@@ -87,77 +102,42 @@ class _Prepared:
     ready: I.I64  # per GPU row: its launching call's start to its own start, where the launch bound it
     gap: I.I64  # per GPU row: the gap after its stream's previous row, where the stream bound it
     waits: I.I64  # the indices of the calls that wait, in order
-    target: I.I64  # per waiting call: the GPU row it waited for (-1: none: it did not wait)
+    target_lane: I.I64  # per waiting call: the lane of the GPU row it waited for (-1: none: it did not wait)
     device_wide: I.Bools  # per waiting call: it waits for every stream of the device
     tail: I.I64  # per waiting call: from the end of what it waited for to its own end
     lanes_of_device: dict[int, list[int]]  # the streams (lanes) of each device
-    dep: I.I64  # per GPU row: the collective on another stream it waited for (-1: none)
     schedule: Schedule  # the order the rows are replayed in
 
 
-def prepare(g: Graph) -> _Prepared:
+def prepare(g: Graph, last: dict[int, int] | None = None) -> _Prepared:
+    """What the replay needs of the graph (``last``: per lane, the end of the last row launched in
+    the windows before, updated with this one's; None: the graph is the whole process)."""
     c, r = g.calls, g.gpu
-    prev_end = _previous_on_lane(r.lane, r.end)
+    prev_end = r.prev_end
     has_prev = prev_end != NONE
     launched = r.call >= 0
     call_at = np.where(launched, c.start[np.maximum(r.call, 0)], r.start)
     since_call = r.start - call_at
     stream_gap = np.where(has_prev, r.start - prev_end, 0)
-    # the usual delays: from a call's start to its row's start where the stream was free when the call
-    # began, and from a row's end to the next where the stream was busy when that one's call began
-    free = launched & (~has_prev | (prev_end <= call_at))
-    busy = launched & has_prev & (prev_end > call_at) & (stream_gap >= 0)
-    usual_launch = int(np.median(since_call[free])) if free.any() else 0
-    usual_gap = int(np.median(stream_gap[busy])) if busy.any() else 0
+    usual_launch, usual_gap = g.usual  # over the whole process (:mod:`.store`)
     # which constraint bound each row: the one whose usual earliest start came later
     by_stream = has_prev & (prev_end + usual_gap >= call_at + usual_launch)
     # the binding constraint keeps the trace's own delay; the other its usual one, never more than the trace's
     ready = np.where(by_stream, np.minimum(usual_launch, since_call), since_call)
     gap = np.where(by_stream, stream_gap, np.minimum(usual_gap, np.maximum(stream_gap, 0)))
-    dep = _collective_waits(
-        g, launched & ~by_stream & (since_call > 2 * usual_launch + DEP_GAP_NS), call_at + usual_launch
-    )
-    ready = np.where(dep >= 0, np.minimum(usual_launch, since_call), ready)
-    waits, target, device_wide, tail = _waits(g)
+    ready = np.where(r.dep >= 0, np.minimum(usual_launch, since_call), ready)
+    waits, target_lane, device_wide, tail = _waits(g, {} if last is None else last)
     lanes: dict[int, list[int]] = {}
-    for dev, ln in set(zip(r.device.tolist(), r.lane.tolist(), strict=True)):
-        lanes.setdefault(int(dev), []).append(int(ln))
-    return _Prepared(ready, gap, waits, target, device_wide, tail, lanes, dep, schedule(g, waits, dep))
+    for ln, dev in enumerate(g.lane_device.tolist()):
+        lanes.setdefault(int(dev), []).append(ln)
+    return _Prepared(ready, gap, waits, target_lane, device_wide, tail, lanes, schedule(g, waits, r.dep))
 
 
-def _collective_waits(g: Graph, late: I.Bools, usual_start: I.I64) -> I.I64:
-    """Per row, the communication kernel on another stream of its device that it waited for (-1:
-    none): of the rows started late after their launch (``late``), those that started within
-    :data:`DEP_GAP_NS` of the end of such a kernel, launched before them, that ended after they
-    would usually have started."""
-    r = g.gpu
-    dep = np.full(len(r.start), -1, np.int64)
-    comm = np.flatnonzero((r.klass == 2) & (r.call >= 0))
-    for dev in np.unique(r.device[comm]):
-        mine = comm[r.device[comm] == dev]
-        mine = mine[np.argsort(r.end[mine], kind="stable")]
-        rows = np.flatnonzero(late & (r.device == dev))
-        at = np.searchsorted(r.end[mine], r.start[rows], side="right") - 1
-        j = mine[np.maximum(at, 0)]
-        ok = (at >= 0) & (r.lane[j] != r.lane[rows]) & (r.start[rows] - r.end[j] <= DEP_GAP_NS)
-        ok &= (r.end[j] > usual_start[rows]) & (r.call[j] < r.call[rows])
-        dep[rows[ok]] = j[ok]
-    return dep
-
-
-def _previous_on_lane(lane: I.I64, end: I.I64) -> I.I64:
-    """Each row's previous row's end on its lane (rows in start order); a very small number for the first."""
-    order = np.lexsort((np.arange(len(lane)), lane))
-    prev = np.full(len(lane), NONE, np.int64)
-    same = lane[order][1:] == lane[order][:-1]
-    prev[order[1:][same]] = end[order[:-1][same]]
-    return prev
-
-
-def _waits(g: Graph) -> tuple[I.I64, I.I64, I.Bools, I.I64]:
+def _waits(g: Graph, last: dict[int, int]) -> tuple[I.I64, I.I64, I.Bools, I.I64]:
     """The calls that wait: syncs, and calls that returned only after a GPU row they launched ended
-    (a staged or synchronous copy); for each, the row it waited for (of each stream's last row
-    launched by it or before it, the latest to end inside the call) and the tail after it."""
+    (a staged or synchronous copy); for each, the lane of the row it waited for (of each stream's
+    last row launched by it or before it, the latest to end inside the call) and the tail after it.
+    ``last``: per lane, the end of its last row launched before the graph's calls (updated)."""
     c, r = g.calls, g.gpu
     launched = r.call >= 0
     own_end = np.full(len(c.start), np.iinfo(np.int64).min, np.int64)
@@ -165,23 +145,34 @@ def _waits(g: Graph) -> tuple[I.I64, I.I64, I.Bools, I.I64]:
     waits = np.flatnonzero(c.sync | ((own_end <= c.end) & (own_end >= c.start)))
     best = np.full(len(waits), np.iinfo(np.int64).min, np.int64)
     target = np.full(len(waits), -1, np.int64)
-    for ln in np.unique(r.lane[launched]):
+    for ln in sorted({*np.unique(r.lane[launched]).tolist(), *last}):
         rows = np.flatnonzero(launched & (r.lane == ln))
         rows = rows[np.argsort(r.call[rows], kind="stable")]
-        last = np.searchsorted(r.call[rows], waits, side="right") - 1  # the lane's last row launched up to each
-        row = rows[np.maximum(last, 0)]
-        end = r.end[row]
-        inside = (last >= 0) & (end <= c.end[waits]) & (end >= c.start[waits]) & (end > best)
+        at = np.searchsorted(r.call[rows], waits, side="right") - 1  # the lane's last row launched up to each
+        end = r.end[rows[np.maximum(at, 0)]] if len(rows) else np.zeros(len(waits), np.int64)
+        found = at >= 0
+        if ln in last:
+            end, found = np.where(found, end, last[ln]), np.ones(len(waits), np.bool_)
+        inside = found & (end <= c.end[waits]) & (end >= c.start[waits]) & (end > best)
         best = np.where(inside, end, best)
-        target = np.where(inside, row, target)
+        target = np.where(inside, ln, target)
+        if len(rows):
+            last[ln] = int(r.end[rows[-1]])
     device_wide = c.name.where(lambda n: any(d in n for d in DEVICE_WIDE))[waits]
     tail = np.where(target >= 0, c.end[waits] - best, 0)
     return waits, target, device_wide, tail
 
 
-def replay(g: Graph, p: _Prepared, change: Change, floors: Floors | None = None) -> Timeline:
+def replay(
+    g: Graph, p: _Prepared, change: Change, floors: Floors | None = None, carry: Carry | None = None
+) -> Timeline:
+    """The graph replayed with ``change`` (``floors``: the collectives held back by other ranks, for a
+    whole graph; ``carry``: what the windows before reached, updated with this one)."""
     c, r, s = g.calls, g.gpu, p.schedule
-    host_before = np.cumsum(change.host) + np.concatenate(([0], np.cumsum(change.call)[:-1]))
+    carry = carry if carry is not None else Carry()
+    host_before = np.cumsum(change.host) + carry.host
+    host_before[1:] += np.cumsum(change.call)[:-1]
+    host_before += carry.call
     dur = np.rint((r.end - r.start) * change.gpu).astype(np.int64)
     release = None
     if floors is not None and len(floors.rows):
@@ -189,8 +180,11 @@ def replay(g: Graph, p: _Prepared, change: Change, floors: Floors | None = None)
         release = np.full(len(r.start), NONE, np.int64)
         release[floors.rows] = floors.release
     rows = s.rows
-    lanes = _Lanes.of(g, p, s, rows, dur, host_before, release)
-    shifts, returned, dep_free = _segments(g, p, s, lanes, change, host_before)
+    lanes = _Lanes.of(g, p, s, rows, dur, host_before, release, carry.last_total)
+    best = np.full(len(g.lane_device), NONE, np.int64)  # per lane: the running maximum the windows before reached
+    for ln, v in carry.best.items():
+        best[ln] = v
+    shifts, returned, dep_free = _segments(g, p, s, lanes, change, host_before, carry)
     call_shift = np.asarray(shifts, np.int64)[s.seg_of_call]
     call_start = c.start + host_before + call_shift
     call_end = c.end + host_before + change.call + call_shift
@@ -199,7 +193,7 @@ def replay(g: Graph, p: _Prepared, change: Change, floors: Floors | None = None)
     for at, value in dep_free.items():
         free[at] = value
     ready = free if lanes.release is None else np.maximum(free, lanes.release)
-    end = lanes.total + np.maximum(lane_maximum(s, ready + lanes.dur - lanes.total), NONE)
+    end = lanes.total + np.maximum(lane_maximum(s, ready + lanes.dur - lanes.total, best), NONE)
     gpu_start = r.start.copy()
     gpu_end = r.end.copy()
     gpu_end[rows] = end
@@ -211,6 +205,8 @@ def replay(g: Graph, p: _Prepared, change: Change, floors: Floors | None = None)
         prev[s.by_lane[s.lane_starts[:-1]]] = NONE
         arrived = np.maximum(free[held], prev[held] + p.gap[rows[held]])
         gpu_start[rows[held]] = np.minimum(arrived, end[held] - lanes.dur[held])
+    carry.host += int(change.host.sum())
+    carry.call += int(change.call.sum())
     return Timeline(call_start, call_end, gpu_start, gpu_end)
 
 
@@ -232,7 +228,15 @@ class _Lanes:
 
     @classmethod
     def of(
-        cls, g: Graph, p: _Prepared, s: Schedule, rows: I.I64, dur: I.I64, host_before: I.I64, rel: I.I64 | None
+        cls,
+        g: Graph,
+        p: _Prepared,
+        s: Schedule,
+        rows: I.I64,
+        dur: I.I64,
+        host_before: I.I64,
+        rel: I.I64 | None,
+        last_total: dict[int, int],
     ) -> _Lanes:
         c, r = g.calls, g.gpu
         call = r.call[rows]
@@ -241,6 +245,11 @@ class _Lanes:
         launch = np.where(launched, c.start[at] + host_before[at] + p.ready[rows], r.start[rows])
         d = dur[rows]
         total = along_lanes(s, p.gap[rows] + d)
+        if last_total:  # T goes on from where the windows before left it
+            base = np.zeros(len(g.lane_device), np.int64)
+            for ln, v in last_total.items():
+                base[ln] = v
+            total += base[s.lane]
         w = launch + d - total
         fixed_w = np.where(launched, NONE, w)
         release = None if rel is None else rel[rows]
@@ -252,25 +261,26 @@ class _Lanes:
 
 
 def _segments(
-    g: Graph, p: _Prepared, s: Schedule, lanes: _Lanes, change: Change, host_before: I.I64
+    g: Graph, p: _Prepared, s: Schedule, lanes: _Lanes, change: Change, host_before: I.I64, carry: Carry
 ) -> tuple[list[int], list[int], dict[int, int]]:
     """Segment by segment: the host's shift in each, when each waiting call returns, and the ready
-    time of each row that waits for a collective (its position in the schedule: the time)."""
-    c, r = g.calls, g.gpu
+    time of each row that waits for a collective (its position in the schedule: the time); ``carry``
+    goes on to the end of the graph."""
+    c = g.calls
     w = p.waits
     own = (c.end[w] - c.start[w]).tolist()
     at_start = (c.start[w] + host_before[w]).tolist()
     at_end = (c.end[w] + host_before[w]).tolist()
-    target, tail, wide, no_wait = p.target.tolist(), p.tail.tolist(), p.device_wide.tolist(), change.no_wait[w].tolist()
-    target_lane = r.lane[np.maximum(p.target, 0)].tolist()
-    target_device = r.device[np.maximum(p.target, 0)].tolist()
-    best: dict[int, int] = {}  # per lane: the running maximum of ready + dur - T, so far
-    last_total: dict[int, int] = {}  # per lane: T at its last row so far
-    known: dict[int, int] = {}  # the replayed end of each row that others wait for (by row)
+    tail, wide, no_wait = p.tail.tolist(), p.device_wide.tolist(), change.no_wait[w].tolist()
+    target_lane = p.target_lane.tolist()
+    target_device = g.lane_device[np.maximum(p.target_lane, 0)].tolist()
+    best = carry.best  # per lane: the running maximum of ready + dur - T, so far
+    last_total = carry.last_total  # per lane: T at its last row so far
+    known = carry.known  # the replayed end of each row that others wait for (by its number)
     dep_free: dict[int, int] = {}
     shifts: list[int] = []
     returned: list[int] = []
-    shift = 0
+    shift = carry.shift
     for k, wait in enumerate(s.wait_of):
         shifts.append(shift)
         for gi in range(s.seg_groups[k], s.seg_groups[k + 1]):
@@ -284,7 +294,7 @@ def _segments(
         if wait < 0:
             continue
         start = at_start[wait] + shift
-        if target[wait] < 0:  # it did not wait in the trace either
+        if target_lane[wait] < 0:  # it did not wait in the trace either
             back = start + own[wait]
         elif no_wait[wait]:
             back = start + min(own[wait], NO_WAIT_NS)
@@ -294,6 +304,7 @@ def _segments(
             back = max(start + min(own[wait], NO_WAIT_NS), done + tail[wait])
         returned.append(back)
         shift = back - at_end[wait]
+    carry.shift = shift
     return shifts, returned, dep_free
 
 
@@ -314,14 +325,14 @@ def _special(
     lo, hi = int(s.group[gi]), int(s.group[gi + 1])
     rows = s.rows[lo:hi]
     free = lanes.launch[lo:hi] + np.where(lanes.launched[lo:hi], shift, 0)
-    dep = p.dep[rows]
+    dep = g.gpu.dep[rows]
     for j in np.flatnonzero(dep >= 0).tolist():
-        gap = int(g.gpu.start[rows[j]] - g.gpu.end[dep[j]])  # from the collective's end to its own start
+        gap = int(g.gpu.dep_gap[rows[j]])  # from the collective's end to its own start
         free[j] = max(int(free[j]), known[int(dep[j])] + gap)
         dep_free[lo + j] = int(free[j])
     ready = free if lanes.release is None else np.maximum(free, lanes.release[lo:hi])
     best = np.maximum(np.maximum.accumulate(ready + lanes.dur[lo:hi] - lanes.total[lo:hi]), was)
     a, b = np.searchsorted(s.waited, [lo, hi])
     for at in s.waited[a:b].tolist():
-        known[int(s.rows[at])] = int(lanes.total[at] + best[at - lo])
+        known[int(g.gpu.row[s.rows[at]])] = int(lanes.total[at] + best[at - lo])
     return int(best[-1])

@@ -18,8 +18,6 @@ import numpy as np
 from traceconv.analyses import intervals as I
 from traceconv.analyses.whatif.graph import Graph
 
-NONE = np.iinfo(np.int64).min // 2  # no previous row
-
 
 @dataclass(frozen=True)
 class Schedule:
@@ -30,6 +28,7 @@ class Schedule:
     seg_of_call: I.I64  # per call: its segment
     rows: I.I64  # the rows, by segment, lane, then start (ties: launching call, row)
     seg: I.I64  # per position in ``rows``: its segment
+    lane: I.I64  # per position in ``rows``: its lane
     group: I.I64  # each group's first position in ``rows``, and len(rows) last
     group_lane: list[int]
     seg_groups: list[int]  # each segment's first group, and the number of groups last
@@ -57,8 +56,7 @@ def schedule(g: Graph, waits: I.I64, dep: I.I64) -> Schedule:
     heads = np.flatnonzero(np.r_[True, (seg[1:] != seg[:-1]) | (lane[1:] != lane[:-1])]) if len(rows) else rows
     by_lane = np.argsort(lane, kind="stable")
     lanes_at = np.flatnonzero(np.r_[True, lane[by_lane][1:] != lane[by_lane][:-1]]) if len(rows) else rows
-    waited_rows = np.zeros(len(r.start), np.bool_)
-    waited_rows[dep[dep >= 0]] = True
+    waited_rows = np.isin(r.row, g.waited)
     marked = (dep[rows] >= 0) | waited_rows[rows]
     special = np.add.reduceat(marked.astype(np.int64), heads) > 0 if len(rows) else np.zeros(0, np.bool_)
     wait_at = {int(w): k for k, w in enumerate(waits)}
@@ -68,6 +66,7 @@ def schedule(g: Graph, waits: I.I64, dep: I.I64) -> Schedule:
         seg_of_call=np.searchsorted(bounds, np.arange(n)).astype(np.int32),
         rows=rows,
         seg=seg,
+        lane=lane,
         group=np.r_[heads, len(rows)].astype(np.int64),
         group_lane=lane[heads].tolist(),
         seg_groups=np.searchsorted(seg[heads], np.arange(len(bounds) + 1)).tolist(),
@@ -88,10 +87,12 @@ def along_lanes(s: Schedule, values: I.I64) -> I.I64:
     return out
 
 
-def lane_maximum(s: Schedule, values: I.I64) -> I.I64:
-    """The running maximum of ``values`` (per position in ``s.rows``) along each lane."""
+def lane_maximum(s: Schedule, values: I.I64, initial: I.I64) -> I.I64:
+    """The running maximum of ``values`` (per position in ``s.rows``) along each lane, from the
+    lane's ``initial`` value."""
     ordered = values[s.by_lane]
     for lo, hi in zip(s.lane_starts[:-1].tolist(), s.lane_starts[1:].tolist(), strict=True):
+        ordered[lo] = max(ordered[lo], initial[s.lane[s.by_lane[lo]]])
         np.maximum.accumulate(ordered[lo:hi], out=ordered[lo:hi])
     out = np.empty_like(values)
     out[s.by_lane] = ordered
