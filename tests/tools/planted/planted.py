@@ -209,6 +209,62 @@ def item_sync(a: argparse.Namespace) -> tuple[Step, int, int]:
     return step, 4, 6
 
 
+class WideMlp:
+    """GPU-bound steps: a bf16 MLP of six Linear(8192, 8192) on 8,192 rows, forward and backward (about
+    20 TFLOP of GEMMs a step: tens of ms on an H100, a few launches), with host work of its own a step."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        n, rows, layers = (64, 32, 2) if DRY else (8192, 8192, 6)
+        self.m = nn.Sequential(*[nn.Linear(n, n, bias=False) for _ in range(layers)]).to(DEV)
+        self.opt = torch.optim.SGD(self.m.parameters(), lr=1e-6)
+        self.x = torch.randn(rows, n, device=DEV)
+        self.side = torch.randn(*((16, 16) if DRY else (2048, 2048)), device=DEV)
+
+    def step(self, mask: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            loss = self.m(self.x).float().square().mean()
+            if mask is not None:
+                loss = loss + torch.where(mask, self.side, torch.zeros_like(self.side)).mean()
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss
+
+
+@program
+def item_sync_gpu(a: argparse.Namespace) -> tuple[Step, int, int]:
+    """GPU-bound steps (:class:`WideMlp`) with 8 ms of host work a step (decoding the next batch) and the
+    loss read with `.item()` at the end: the sync drains the queue, so the host work no longer overlaps
+    the GPU. Fixed: the loss stays on the GPU."""
+    w = WideMlp()
+    log: list[object] = []
+
+    def step(i: int) -> None:
+        cpu_work(8)
+        loss = w.step()
+        log.append(loss.detach() if a.fixed else loss.item())
+
+    return step, 4, 6
+
+
+@program
+def roundtrip_gpu(a: argparse.Namespace) -> tuple[Step, int, int]:
+    """GPU-bound steps (:class:`WideMlp`) with the seed's torch.where story: a mask computed in numpy from
+    a 16 MB GPU tensor (to the host and 4 MB back, every step), which waits for the GPU's queue. Fixed:
+    the mask is computed on the GPU."""
+    w = WideMlp()
+
+    def step(i: int) -> None:
+        if a.fixed:
+            mask = w.side.abs() > 0.1
+        else:
+            mask = torch.from_numpy(np.abs(w.side.cpu().numpy()) > 0.1).to(DEV)
+        w.step(mask)
+
+    return step, 4, 6
+
+
 @program
 def pageable(a: argparse.Namespace) -> tuple[Step, int, int]:
     """A CNN whose 38.5 MB image batch is copied from pageable host memory every step (a blocking,

@@ -59,6 +59,10 @@ JOBS: list[tuple[str, str, list[str], list[str]]] = [
     ("tx_ro_node", "tx_ro", [], NODE),
     ("tx_recompile", "tx_recompile", [], []),
     ("tx_recompile.fixed", "tx_recompile", ["--fixed"], []),
+    ("item_sync_gpu", "item_sync_gpu", [], []),
+    ("item_sync_gpu.fixed", "item_sync_gpu", ["--fixed"], []),
+    ("roundtrip_gpu", "roundtrip_gpu", [], []),
+    ("roundtrip_gpu.fixed", "roundtrip_gpu", ["--fixed"], []),
 ]
 
 
