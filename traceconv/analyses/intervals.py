@@ -47,6 +47,11 @@ def overlap3(a: tuple[I64, I64], b: tuple[I64, I64], c: tuple[I64, I64]) -> int:
     return length(*abc) - singles + overlap(a, b) + overlap(a, c) + overlap(b, c)
 
 
+def disjoint(start: I64, end: I64) -> bool:
+    """Whether intervals sorted by start follow one another without overlap (they may touch)."""
+    return bool((start[1:] >= end[:-1]).all() and (np.diff(start) >= 0).all())
+
+
 def running_total(seg_start: I64, seg_end: I64) -> I64:
     """The segments' time before each of them, and in all of them (the last): :func:`covered_below`'s."""
     before: I64 = np.concatenate(([0], np.cumsum(seg_end - seg_start)))

@@ -356,6 +356,21 @@ def launch_names(source: Source, test: Callable[[str], bool]) -> list[str]:
     return sorted({n for _, _, n in gpu_names(source) if n is not None and test(n)})
 
 
+COMM_KERNELS = ("nccl", "rccl")  # what the name of a communication kernel holds (in any case)
+
+
+def comm_kernels(source: Source) -> list[str]:
+    """The names of the GPU work that communicates (NCCL's and RCCL's kernels), among the few distinct
+    names: tested once per name, not on every row."""
+    return sorted(
+        {
+            n
+            for k, n, _ in gpu_names(source)
+            if k not in ("memcpy", "memset") and n and any(c in n.lower() for c in COMM_KERNELS)
+        }
+    )
+
+
 def graph_launched(source: Source, column: str = "launch_name") -> str:
     """SQL: whether a GPU row was launched by a call that launches a graph, a call named
     ``^(cuda|hip|cu)Graph(Launch|Replay)`` (``column``: the call's name; null where it has none;

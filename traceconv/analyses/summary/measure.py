@@ -77,7 +77,7 @@ def measure(
     flags: list[bool] = []
     plan: list[tuple[int, int | None]] = []  # per scope: its figures' place in the sweep, its steps'
     for scope, gpu in zip(scopes, lived, strict=True):
-        alone = scope.each is not None and not gpu.devices and _disjoint(*scope.each)
+        alone = scope.each is not None and not gpu.devices and I.disjoint(*scope.each)
         plan.append((len(swept_windows), len(swept_windows) if alone else None))
         swept_windows.append(GpuWindows(scope.each) if alone and scope.each is not None else gpu)
         flags.append(alone)
@@ -112,11 +112,6 @@ def measure(
     source.run(f"DROP TABLE {G.GROUPS}")
     source.run("DROP TABLE scoped_copies")
     return out, trees
-
-
-def _disjoint(starts: I.I64, ends: I.I64) -> bool:
-    """Whether windows sorted by start follow one another without overlap (they may touch)."""
-    return bool((starts[1:] >= ends[:-1]).all() and (np.diff(starts) >= 0).all())
 
 
 def _measure(

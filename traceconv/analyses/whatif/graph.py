@@ -54,9 +54,6 @@ class Coded:
 NONE = np.iinfo(np.int64).min // 2  # no previous row
 
 
-COMM = "(lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%')"
-
-
 @dataclass(frozen=True)
 class Calls:
     """The process's CUDA calls in start order."""

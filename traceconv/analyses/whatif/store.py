@@ -23,12 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import GPU_WORK
-from traceconv.analyses.source import Source, literal
+from traceconv.analyses.prepare import GPU_WORK_KINDS, comm_kernels
+from traceconv.analyses.source import Source, literal, one_of
 from traceconv.analyses.steps import Steps
 from traceconv.analyses.whatif.graph import NONE, Calls, Coded, Gpu, Graph, Ops
 
-COMM = "(lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%')"
 WINDOW_CALLS = 1 << 17  # a window's calls, about: it ends at the first synchronisation after them
 CUT_TRIES = 4  # the synchronisations tried, in order, to end a window
 DEP_GAP_NS = 10_000  # a row that starts this soon after a collective on another stream ended waited for it
@@ -190,8 +189,8 @@ def _gpu(source: Source, p: str, where: Callable[..., str], steps: Steps) -> Non
         "coalesce(g.launch_event_id, -1) AS launch, coalesce(g.device, -1) AS device, "
         f"coalesce(g.stream, g.tid, -1) AS stream, {', '.join(c for c, _ in columns)}, "
         "CASE WHEN g.kind IN ('memcpy', 'memset') THEN 1 "
-        f"WHEN {COMM.replace('name', 'g.name')} THEN 2 ELSE 0 END AS klass FROM events g"
-        f"{''.join(j for _, j in columns)}{calls} WHERE {GPU_WORK.replace('kind', 'g.kind')} "
+        f"WHEN {one_of('g.name', comm_kernels(source))} THEN 2 ELSE 0 END AS klass FROM events g"
+        f"{''.join(j for _, j in columns)}{calls} WHERE g.kind IN {GPU_WORK_KINDS} "
         f"AND g.start_ns IS NOT NULL AND g.end_ns IS NOT NULL{where('g', gpu=True)}), "
         "lanes AS (SELECT device, stream, CAST(row_number() OVER (ORDER BY device, stream) - 1 AS BIGINT) AS lane "
         "FROM (SELECT DISTINCT device, stream FROM g)) "

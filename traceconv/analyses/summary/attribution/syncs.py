@@ -63,10 +63,9 @@ _CALLS = f"SELECT a.*, hash(a.trace_id, a.pid, a.tid) AS thread FROM ({HOST_RANG
 def copy_waits(source: Source) -> str:
     """SQL: the copy calls that returned only after their own copy had ended (see above). The calls are
     read by the names that launch copies (a test of the few distinct names, not a join of every call)."""
-    launches = [launch for kind, _, launch in gpu_names(source) if kind == "memcpy"]
-    named = (
-        f"AND {one_of('c.name', [n for n in launches if n is not None])} " if None not in launches else ""
-    )  # no copies: false
+    launches = {launch for kind, _, launch in gpu_names(source) if kind == "memcpy"}
+    # a copy without its launch call's name: every call is a candidate (no copies at all: none is)
+    named = "" if None in launches else f"AND {one_of('c.name', [n for n in launches if n is not None])} "
     return (
         "SELECT coalesce(c.trace_id, '') AS trace_id, c.event_id, c.start_ns, c.end_ns, c.op_name, "
         "bool_or(g.copy_kind = 'HtoD') AS staging FROM events g JOIN events c ON c.kind = 'cuda_api' "

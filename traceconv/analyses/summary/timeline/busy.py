@@ -27,14 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import gpu_names, op_names
+from traceconv.analyses.prepare import comm_kernels, op_names
 from traceconv.analyses.results import DeviceTime, IdleBreakdown
 from traceconv.analyses.source import Source, one_of
 from traceconv.analyses.summary.scopes import GpuWindows
 from traceconv.analyses.summary.timeline import gaps as G
 
 Segments = tuple[I.I64, I.I64]
-COMM_KERNELS = ("nccl", "rccl")  # what a communication kernel's name holds (in any case)
 COMM_OPS = "c10d::"  # what the name of an operator that communicates starts with (and record_param_comms)
 
 
@@ -42,7 +41,7 @@ def gpu_times(source: Source) -> str:
     """What the sweep reads of each GPU row (by default; measure.py passes its table of them): kernels,
     copies, memsets, and CUDA graphs traced whole, with their class: communication by the kernel's
     name or its operator's (tested against the few distinct names, not on every row)."""
-    kernels = [n for k, n, _ in gpu_names(source) if k == "kernel" and n and any(c in n.lower() for c in COMM_KERNELS)]
+    kernels = comm_kernels(source)
     ops = [n for n in op_names(source) if n == "record_param_comms" or n.startswith(COMM_OPS)]
     comm = f"kind = 'kernel' AND ({one_of('name', kernels)} OR {one_of('op_name', ops)})" if kernels or ops else "false"
     return (
