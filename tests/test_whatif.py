@@ -10,9 +10,11 @@ change reproduces every trace's own step time; the critical path's parts sum to 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -138,3 +140,32 @@ def test_a_findings_saving_is_the_replayed_fix_and_lands_on_the_real_run() -> No
     assert "the step replayed without them" in f["message"]
     real = d["steps"]["median_ns"] - after["steps"]["median_ns"]
     assert abs(f["saving_ns"] - real) <= max(0.03 * after["steps"]["median_ns"], 0.25 * real)
+
+
+def test_without_operators_in_the_trace_only_long_gaps_are_outside_them() -> None:
+    """nsys without ``--pytorch=autograd-nvtx`` has no operator ranges: the short gaps between CUDA calls
+    are the operators' dispatch, so ``--remove host:outside-ops`` takes only the gaps of 200 µs or more
+    outside every NVTX range (steps aside). The truth, per step, read straight from the SQLite export."""
+    path = _path("planted/h200/nsys/dataloader.sqlite", True)
+    db = sqlite3.connect(path)
+    calls = np.array(db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start").fetchall())
+    steps = db.execute("SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step_%'").fetchall()
+    ranges = db.execute(
+        "SELECT start, end FROM NVTX_EVENTS WHERE end IS NOT NULL AND coalesce(text, '') NOT LIKE 'step_%'"
+    ).fetchall()
+    db.close()
+    start, end = calls[:, 0], calls[:, 1]
+    before = np.r_[start[0], np.maximum.accumulate(end)[:-1]]  # the end of every call before each
+    gap_start = np.minimum(before, start)
+    outside = 0
+    for a, b in steps:
+        for s, e in zip(gap_start, start, strict=True):
+            if a <= e < b and e - s >= 200_000:
+                covered, reach = 0, s  # the ranges' union inside the gap
+                for x, y in sorted((max(s, x), min(e, y)) for x, y in ranges if x < e and y > s):
+                    covered += max(y - max(x, reach), 0)
+                    reach = max(reach, y)
+                outside += e - s - covered
+    (changed,) = _run(path, ["host:outside-ops"]).changed
+    assert outside > 0.5 * 36e6 * len(steps)  # most of the step: the 25 ms data pipeline, and more
+    assert changed.host_ns == round(outside / len(steps))

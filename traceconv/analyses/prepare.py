@@ -29,6 +29,7 @@ GPU_KINDS = ("kernel", "memcpy", "memset")
 GPU_WORK_KINDS = (*GPU_KINDS, "graph")
 GPU_WORK = f"kind IN {GPU_WORK_KINDS}"
 NO_OP = "(no operator)"
+LAUNCH_GAP_NS = 200_000  # a gap the host leaves between CUDA calls shorter than this is launch overhead
 _EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
 _PYTORCH = re.compile(r"^(aten::|ProfilerStep#|autograd::|torch\.)|at::native::|at::cuda::|\bc10::")
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)Graph(Launch|Replay)")

@@ -7,7 +7,10 @@ the host work that made what an HtoD copy carries (the host's time right before 
 tensor built on the CPU, the numpy step of a round trip) goes with it, as when the data is made
 on the GPU instead. ``--remove op:REGEX``: the matching operators'
 host time and the GPU work they launched. ``--remove host:outside-ops``: the host's time outside
-every operator and annotation (steps aside): a data pipeline, Python between steps.
+every operator and annotation (steps aside): a data pipeline, Python between steps; where the
+trace has no operators around its launches (nsys without ``--pytorch=autograd-nvtx``), only the
+gaps of at least :data:`~traceconv.analyses.prepare.LAUNCH_GAP_NS` between calls: the shorter ones
+are the operators' dispatch.
 ``--scale kernel:REGEX=F``: the matching kernels' durations times F; ``--scale op:REGEX=F``: the
 matching operators' host time and GPU work; ``--scale host=F``: the host's time between calls;
 ``--scale launch=F``: the launch calls' own time.
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traceconv.analyses import intervals as I
+from traceconv.analyses.prepare import LAUNCH_GAP_NS
 from traceconv.analyses.whatif.graph import Coded, Graph
 from traceconv.analyses.whatif.replay import NO_WAIT_NS, Change
 from traceconv.errors import UsageError
@@ -185,7 +189,10 @@ def _remove(g: Graph, spec: str, gaps: _Gaps, one: Change, st: _Spec) -> None:
     elif what == "op" and arg:
         _ops(g, arg, 0.0, gaps, host, gpu, st)
     elif what == "host" and arg == "outside-ops":
-        host -= (gaps.end - gaps.start) - gaps.covered(g.ranges)
+        length = gaps.end - gaps.start
+        outside = length - gaps.covered(g.ranges)
+        # without the operators in the trace, a short gap between calls is their dispatch, not the program's own
+        host -= outside if g.ops.enclose_launches else np.where(length >= LAUNCH_GAP_NS, outside, 0)
     else:
         raise UsageError(None, f"--remove {spec!r} is not a change traceconv knows", EXAMPLES)
 

@@ -127,3 +127,7 @@ class Ops:
     end: I.I64
     name: Coded
     ranges: tuple[I.I64, I.I64]
+    # Most launches are inside some operator or range (PyTorch's profiler, nsys --pytorch=autograd-nvtx):
+    # the host's time between calls outside them is the program's own. Else the operators are not in
+    # the trace, and the short gaps between calls are their dispatch.
+    enclose_launches: bool

@@ -30,6 +30,7 @@ from traceconv.analyses.whatif.graph import NONE, Calls, Coded, Gpu, Graph, Ops
 
 WINDOW_CALLS = 1 << 17  # a window's calls, about: it ends at the first synchronisation after them
 CUT_TRIES = 4  # the synchronisations tried, in order, to end a window
+SAMPLED_LAUNCHES = 50_000  # launches looked at, about, to tell whether the operators enclose them
 DEP_GAP_NS = 10_000  # a row that starts this soon after a collective on another stream ended waited for it
 _ROW = "id, s, e, launch, lane, device, klass, kind, name, copy_kind, op, prev_end"  # a GPU row, as read
 _NUMBERS = itertools.count()  # each Store's tables are its own (one per rank)
@@ -212,7 +213,12 @@ def _ops(source: Source, p: str, where: Callable[..., str], strings: list[str | 
     )
     start, end = ops.ints("start_ns"), ops.ints("end_ns")
     end = np.maximum(end, start)
-    return Ops(start, end, ops.coded("name", strings), I.union(start, end))
+    ranges = I.union(start, end)
+    # the launching calls' starts, a sample spread over the process, inside the ranges' union?
+    every = max(int(source.scalar(f"SELECT count(*) FROM {p}_gpu")) // SAMPLED_LAUNCHES, 1)
+    at = _ints(source.arrow(f"SELECT call_s FROM {p}_gpu WHERE call_s IS NOT NULL AND id % {every} = 0")["call_s"])
+    enclose = bool(I.inside(at, *ranges).mean() >= 0.5) if len(at) else True
+    return Ops(start, end, ops.coded("name", strings), ranges, enclose)
 
 
 _LAUNCHED = "SELECT *, s - call_s AS since FROM {p}_gpu WHERE call_s IS NOT NULL"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import comm_kernels, op_names
+from traceconv.analyses.prepare import LAUNCH_GAP_NS, comm_kernels, op_names
 from traceconv.analyses.results import DeviceTime, IdleBreakdown
 from traceconv.analyses.source import Source, one_of
 from traceconv.analyses.summary.scopes import GpuWindows
@@ -60,7 +60,6 @@ CAUSES = ("queued", "host_sync", "host_launch", "host_other")
 BATCH_ROWS = 1 << 18  # intervals fetched, and merged into the unions, at a time
 SLICE_ROWS = 1 << 19  # intervals a slice of the time line holds (what numpy sorts at once), about
 SAMPLE_ROWS = 1 << 16  # the starts sampled (about) to cut the time line into slices
-LAUNCH_GAP_NS = 200_000  # a gap the host leaves shorter than this is launch overhead (gaps.py)
 HELD_SLICES = 4  # a slice is sorted in numpy up to this many times SLICE_ROWS intervals, else by DuckDB
 
 
