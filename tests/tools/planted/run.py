@@ -63,6 +63,8 @@ JOBS: list[tuple[str, str, list[str], list[str]]] = [
     ("item_sync_gpu.fixed", "item_sync_gpu", ["--fixed"], []),
     ("roundtrip_gpu", "roundtrip_gpu", [], []),
     ("roundtrip_gpu.fixed", "roundtrip_gpu", ["--fixed"], []),
+    ("dataloader_shapes", "dataloader", [], SHAPES),
+    ("dataloader_shapes.fixed", "dataloader", ["--fixed"], SHAPES),
 ]
 
 
