@@ -26,6 +26,7 @@ from traceconv.analyses.roofline import tensor_cores as T
 from traceconv.analyses.source import Source, literals
 
 # Per kernel: these, from :func:`kernels`.
+_PER_CALL = "|".join(f'"{k}"' for k in ("External id", "Record function id", "Ev Idx", "Sequence number"))
 
 
 def read(source: Source) -> pd.DataFrame:
@@ -33,7 +34,10 @@ def read(source: Source) -> pd.DataFrame:
     the trace holds the launch) with their operator's name and, for the operators whose work can be
     counted, its arguments."""
     families = literals(F.FAMILY_PREFIXES)
-    args = f"CASE WHEN split_part(name, ',', 1) IN ({families}) THEN args END" if source.has("args") else "NULL"
+    # the ids Kineto writes into each call's arguments, zeroed: the calls of one shape share one text,
+    # whose work is counted once (thousands of calls, a few shapes)
+    same = f"regexp_replace(args, '({_PER_CALL}): *-?[0-9]+', '\\1: 0', 'g')"
+    args = f"CASE WHEN split_part(name, ',', 1) IN ({families}) THEN {same} END" if source.has("args") else "NULL"
     dur = "k.dur_ns" if source.has("dur_ns") else "k.end_ns - k.start_ns"  # key_averages' tables lack some
     launched = source.has("launch_start_ns")
     anchor = "coalesce(k.launch_start_ns, k.start_ns)" if launched else "k.start_ns"
@@ -159,6 +163,7 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     ops = int(key.max()) + 1 if len(key) else 0
     flops, elements = np.zeros(ops + 1, np.float64), np.zeros(ops + 1, np.float64)  # the last: no operator
     dtypes: list[str | None] = [None] * (ops + 1)
+    sizes = np.zeros(ops + 1, np.float64)  # bytes an element of the inputs' type (0: not known)
     has = key >= 0
     first = pd.Series(np.arange(len(key)))[has].groupby(key[has]).first()
     texts, args = frame["op"].astype("category"), frame["args"].to_numpy()
@@ -168,10 +173,15 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     kept = counted[texts.cat.codes.to_numpy()[rows]]
     names = texts.to_numpy()
     seen: dict[bytes, F.Work | None] = {}
+    counted_texts: dict[tuple[str, str | None], F.Work | None] = {}  # by the operator's text and arguments
     for k, row in zip(first.index.to_numpy()[kept], rows[kept], strict=True):
-        found = F.work(str(names[row]), _text(args[row]), seen)
+        call = (str(names[row]), _text(args[row]))
+        if call not in counted_texts:
+            counted_texts[call] = F.work(*call, seen)
+        found = counted_texts[call]
         if found is not None:
             flops[k], elements[k], dtypes[k] = found.flops, found.elements, found.dtype
+            sizes[k] = F.SIZES.get(found.dtype or "", 0)
     at = np.where(has, key, ops)
     dur = out["dur_ns"].to_numpy().astype(np.float64)
     matrix = out["matrix"].to_numpy()
@@ -181,7 +191,7 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     own = np.where(by_matrix[at] > 0, np.where(matrix, by_matrix[at], 0.0), by_all[at])
     share = np.where(has & (own > 0), dur / np.where(own > 0, own, 1.0), 0.0)
     op_dtype = np.array(dtypes, dtype=object)[at]
-    op_size = np.array([F.SIZES.get(d or "", 0) for d in dtypes], dtype=np.float64)[at]
+    op_size = sizes[at]
     kernel_size = pd.Series(out["dtype"]).map(F.SIZES).fillna(4).to_numpy(dtype=np.float64)
     size = np.where(op_size > 0, op_size, kernel_size)  # the inputs' type, else the kernel's, else 4 bytes
     out["flops"] = flops[at] * share

@@ -28,7 +28,7 @@ from traceconv.analyses.summary.attribution import leaf_gpu as LG
 from traceconv.analyses.summary.attribution import leaves as L
 from traceconv.analyses.summary.attribution import syncs as Y
 from traceconv.analyses.summary.attribution.tree import BATCH_ROWS as TREE_BATCH_ROWS
-from traceconv.analyses.summary.attribution.tree import KIND_CODES, Trees, walk
+from traceconv.analyses.summary.attribution.tree import KIND_CODES, NVTX, Trees, walk
 from traceconv.analyses.summary.scopes import GpuWindows, Scope
 from traceconv.analyses.summary.timeline import busy as B
 from traceconv.analyses.summary.timeline import gaps as GP
@@ -131,7 +131,7 @@ def _measure(
     busy, idle, gaps = swept.times, swept.idle, swept.gaps
     launch = G.launch_facts(source, groups, kernel_medians)
     calls = G.in_scope("SELECT * FROM sync_calls WHERE start_ns IS NOT NULL", within, "start_ns")
-    idle_gaps = GP.idle_gaps(source, gaps) if classified else GP.totals(gaps)
+    idle_gaps = GP.idle_gaps(source, gaps, ended_ranges(facts)) if classified else GP.totals(gaps)
     return ScopeStats(
         scope=scope,
         gpu=busy,
@@ -193,7 +193,7 @@ def tree_stream(source: Source, facts: Facts, calls: L.Calls | None = None) -> t
         # names as their label codes (a small join here, not a join on text over every range later)
         f"SELECT c.tc, r.event_id, CAST(CASE r.kind {kinds} END AS TINYINT) AS kind, "
         "CAST(coalesce(l.id, -1) AS INTEGER) AS label, coalesce(l.is_step, false) AS step, r.start_ns, "
-        f"coalesce(r.end_ns, {facts.last_end}) AS end_ns, r.dur_ns, "
+        f"coalesce(r.end_ns, {facts.last_end}) AS end_ns, r.end_ns IS NULL AS open, r.dur_ns, "
         f"{HOST_THREAD} AS thread, r.pid "
         f"FROM ({HOST_RANGES}) r JOIN trace_codes c USING (trace_id) LEFT JOIN labels l ON l.name = r.name"
         + (" WHERE r.kind <> 'cuda_api'" if calls is not None else ""),
@@ -280,6 +280,16 @@ def ranges_query() -> str:
         "LEFT JOIN tree_gpu_sums g USING (tc, event_id) LEFT JOIN tree_process p USING (tc, event_id) "
         "ORDER BY r.thread, r.start_ns, r.end_ns DESC, r.event_id"
     )
+
+
+def ended_ranges(facts: Facts) -> GP.HostRanges:
+    """The operators and annotations of ``tree_ranges`` that ended, steps aside: what the host did in the
+    long idle gaps, read from the table the trees read, not from the file again."""
+    sql = (
+        "SELECT kind, label, start_ns, end_ns FROM tree_ranges "
+        f"WHERE kind IN ({KIND_CODES.index('cpu_op')}, {NVTX}) AND NOT step AND NOT open"
+    )
+    return GP.HostRanges(sql, KIND_CODES, facts.label_names)
 
 
 def _process_gpu(source: Source) -> None:

@@ -33,7 +33,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import HOST_RANGES, NO_OP
+from traceconv.analyses.prepare import NO_OP
 from traceconv.analyses.results import HostActivity, IdleGaps, OpTally
 from traceconv.analyses.source import Source
 
@@ -74,6 +74,16 @@ class GapCosts:
         self.sync_ns += other.sync_ns
         self.long_at += other.long_at
         self.long_end += other.long_end
+
+
+@dataclass(frozen=True)
+class HostRanges:
+    """The host's operators and annotations that ended, steps aside (what it did in the long gaps): SQL of
+    their ``kind`` and ``label`` codes, ``start_ns`` and ``end_ns``, and the names the codes stand for."""
+
+    sql: str
+    kinds: Sequence[str]
+    labels: Sequence[str]  # label code -> grouped name (-1: none)
 
 
 class GapTally:
@@ -195,11 +205,11 @@ def total(per_device: Sequence[GapCosts]) -> GapCosts:
 
 
 # -- what the gaps' causes were: the syncs they followed, what the host did in the long ones -----
-def idle_gaps(source: Source, costs: GapCosts, top: int = TOP_ACTIVITY) -> IdleGaps:
+def idle_gaps(source: Source, costs: GapCosts, ranges: HostRanges, top: int = TOP_ACTIVITY) -> IdleGaps:
     """The gaps of a scope with their syncs classified (``sync_calls`` must exist: staging or result
-    wait, and the operators behind them) and the host's ranges during the long gaps."""
+    wait, and the operators behind them) and the host's ``ranges`` during the long gaps."""
     waits, staged, result_ops, staging_ops = _sync_gaps(source, costs)
-    activity, outside = _host_activity(source, _joined(costs.long_at), _joined(costs.long_end), top)
+    activity, outside = _host_activity(source, ranges, _joined(costs.long_at), _joined(costs.long_end), top)
     host = costs.host
     return IdleGaps(
         queued_ns=costs.queued,
@@ -262,7 +272,9 @@ def _joined(parts: list[I.I64]) -> I.I64:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
-def _host_activity(source: Source, starts: I.I64, ends: I.I64, top: int) -> tuple[list[HostActivity], float]:
+def _host_activity(
+    source: Source, host: HostRanges, starts: I.I64, ends: I.I64, top: int
+) -> tuple[list[HostActivity], float]:
     """The operators and annotations (steps aside) that overlap the long gaps (most overlap first), and
     the share of the gaps' time outside all of them. Read on the :data:`SAMPLED_GAPS` longest gaps,
     which hold most of the time (a trace of thousands of steps has tens of thousands): the overlaps
@@ -274,35 +286,45 @@ def _host_activity(source: Source, starts: I.I64, ends: I.I64, top: int) -> tupl
     longest = np.sort(np.argsort(e - s, kind="stable")[::-1][:SAMPLED_GAPS])
     s, e = s[longest], e[longest]
     sampled = int((e - s).sum())
-    source.register("long_gaps", pa.table({"a": s, "b": e}))
-    ranges = (
-        f"SELECT r.kind, r.name, r.start_ns, r.end_ns, l.label FROM ({HOST_RANGES}) r LEFT JOIN labels l "
-        "ON l.name = r.name WHERE r.kind IN ('cpu_op', 'nvtx') AND NOT coalesce(l.is_step, false) "
-        f"AND r.start_ns < {int(e[-1])} AND r.end_ns > {int(s[0])}"
+    rows = (
+        f"SELECT kind, label, start_ns, end_ns FROM ({host.sql}) WHERE start_ns < {int(e[-1])} AND end_ns > {int(s[0])}"
     )
-    # The ranges that overlap a gap, first by the last gap to start before each range ends (the gaps are
-    # sorted and disjoint: if any gap overlaps the range, that one does): the join on both ends, a test of
-    # every range against every gap, then holds only those.
-    near = f"SELECT r.* FROM ({ranges}) r ASOF JOIN long_gaps g ON r.end_ns > g.a WHERE g.b > r.start_ns"
-    source.table(
-        "long_gap_ranges",
-        "SELECT r.kind, coalesce(r.label, r.name) AS name, greatest(r.start_ns, g.a) AS s, least(r.end_ns, g.b) AS e "
-        f"FROM long_gaps g JOIN ({near}) r ON r.start_ns < g.b AND r.end_ns > g.a",
-    )
-    rows = source.frame(
-        f"SELECT kind, name, isum(e - s) AS ns FROM long_gap_ranges GROUP BY ALL ORDER BY ns DESC, name "
-        f"LIMIT {2 * int(top)}"
-    )
-    ops = source.arrow("SELECT s, e FROM long_gap_ranges")
-    source.run("DROP TABLE long_gap_ranges")
-    inside = I.length(ops["s"].to_numpy().astype(np.int64), ops["e"].to_numpy().astype(np.int64))
+    parts = [_overlaps(batch, s, e) for batch in source.batches(rows)]
+    kind, label, ps, pe = (np.concatenate([np.empty(0, np.int64)] + [p[i] for p in parts]) for i in range(4))
+    inside = I.length(ps, pe)
+    ranked = _ranked(host, kind, label, pe - ps)[: 2 * int(top)]
     scale = total_ns / sampled if sampled else 1.0
     activity: list[HostActivity] = []
-    for name, kind, ns in zip(
-        rows["name"].astype(str), rows["kind"].astype(str), rows["ns"].astype("int64"), strict=True
-    ):
+    for kind_name, name, ns in ranked:
         last = activity[-1] if activity else None
-        if last is not None and last.kind == kind == "cpu_op" and ns * scale * NESTED >= last.overlap_ns:
+        if last is not None and last.kind == kind_name == "cpu_op" and ns * scale * NESTED >= last.overlap_ns:
             continue  # an operator inside the one before it (aten::rand -> aten::uniform_): named once
-        activity.append(HostActivity(name, kind, round(ns * scale)))
+        activity.append(HostActivity(str(name), kind_name, round(ns * scale)))
     return activity[:top], (1.0 - inside / sampled) if sampled else 1.0
+
+
+def _overlaps(batch: pa.RecordBatch, s: I.I64, e: I.I64) -> tuple[I.I64, I.I64, I.I64, I.I64]:
+    """Each range of ``batch`` clipped to each gap it overlaps (kind, label, start, end of each piece). The
+    gaps are sorted and disjoint: a range overlaps those from the first to end after it starts to the
+    last to start before it ends (a search of the few gaps, not a join of the ranges on them)."""
+    start = batch.column("start_ns").to_numpy().astype(np.int64)
+    end = batch.column("end_ns").to_numpy().astype(np.int64)
+    first = np.searchsorted(e, start, side="right")
+    n = np.maximum(np.searchsorted(s, end, side="left") - first, 0)
+    gap = np.repeat(first, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+    kind = np.repeat(batch.column("kind").to_numpy().astype(np.int64), n)
+    label = np.repeat(batch.column("label").to_numpy().astype(np.int64), n)
+    return kind, label, np.maximum(np.repeat(start, n), s[gap]), np.minimum(np.repeat(end, n), e[gap])
+
+
+def _ranked(host: HostRanges, kind: I.I64, label: I.I64, ns: I.I64) -> list[tuple[str, str | None, int]]:
+    """The overlap per kind and name, most first (then by name; no name last)."""
+    width = len(host.labels) + 1
+    keys, at = np.unique(kind * width + label + 1, return_inverse=True)
+    sums = np.zeros(len(keys), np.int64)
+    np.add.at(sums, at, ns)
+    rows = [
+        (host.kinds[int(k) // width], host.labels[int(k) % width - 1] if k % width else None, int(v))
+        for k, v in zip(keys, sums, strict=True)
+    ]
+    return sorted(rows, key=lambda r: (-r[2], r[1] is None, r[1] or ""))
