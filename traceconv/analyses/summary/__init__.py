@@ -57,7 +57,7 @@ from traceconv.analyses.steps import STEP_PATTERN, Steps
 from traceconv.analyses.summary import measure as MS
 from traceconv.analyses.summary.attribution import ops as O
 from traceconv.analyses.summary.coverage import lacks
-from traceconv.analyses.summary.findings import evaluate, memory_findings
+from traceconv.analyses.summary.findings import evaluate, idle_cause, memory_findings
 from traceconv.analyses.summary.measure import ScopeStats
 from traceconv.analyses.summary.path import of_scope
 from traceconv.analyses.summary.recompiles import recompiles
@@ -144,7 +144,11 @@ def summarize(
     roof = RF.roofline(source, roofline_windows(focus, facts), peaks)
     made = C.compiled(source)
     found, replay_notes = with_replayed_savings(
-        source, facts, evaluate(focus, thresholds, facts.program, utilisation, roof), step_pattern
+        source,
+        facts,
+        evaluate(focus, thresholds, facts.program, utilisation, roof),
+        step_pattern,
+        idle_cause(focus, thresholds),
     )
     found += memory_findings(memory, thresholds, facts.program)
     found += [f for f in (recompiles(focus, made, thresholds, facts.program),) if f is not None]

@@ -196,8 +196,7 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
     gaps = stats.gaps
     if stats.bound.gpu_busy_pct >= t.gpu_bound_pct:
         return None  # the GPUs are the limit: what idle time is left is not the host's to win
-    tiny = _tiny(stats, t)
-    launch = 0 if tiny is not None and tiny >= t.TINY_KERNELS else gaps.launch_ns
+    launch = _idle_launch(stats, t)
     cost = gaps.host_ns + launch
     per = per_of(stats)
     saving = per.per_step(cost)
@@ -213,6 +212,17 @@ def gpu_idle(stats: ScopeStats, t: Thresholds, program: Program) -> Finding | No
         f"Fix: {idle_fix(_dominant(gaps, launch), program, gaps.host_activity[0].name if gaps.host_activity else None)}"
     )
     return timed("GPU_IDLE", value, t.GPU_IDLE, msg, per, saving)
+
+
+def _idle_launch(stats: ScopeStats, t: Thresholds) -> int:
+    """The launch gaps ``GPU_IDLE`` counts: none where the kernels are tiny (``TINY_KERNELS`` has them)."""
+    tiny = _tiny(stats, t)
+    return 0 if tiny is not None and tiny >= t.TINY_KERNELS else stats.gaps.launch_ns
+
+
+def idle_cause(stats: ScopeStats, t: Thresholds = DEFAULTS) -> str:
+    """What the host mostly did while the GPU waited for it, as ``GPU_IDLE`` weighs it (see :func:`_dominant`)."""
+    return _dominant(stats.gaps, _idle_launch(stats, t))
 
 
 def _dominant(gaps: Any, launch: int) -> str:

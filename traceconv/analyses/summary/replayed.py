@@ -5,7 +5,8 @@ their cause (:mod:`~traceconv.analyses.summary.timeline.gaps`). Where the fix is
 step's dependency graph can replay (:mod:`traceconv.analyses.whatif`), the saving becomes that
 prediction: the median step as measured less the step replayed with the change. The replay knows
 what the gaps cannot: a host that is the limit anyway gains nothing from not waiting, and the
-GPU work that queued behind a sync runs at once without it.
+GPU work that queued behind a sync runs at once without it, and the host's dispatch of the
+operators stays when only its data pipeline goes.
 
 The replay is made for inputs of up to :data:`MAX_ROWS` GPU rows and CUDA calls (a few seconds);
 above it the gaps' estimate stays, and a note says so.
@@ -22,20 +23,27 @@ from traceconv.analyses.source import Source
 from traceconv.errors import UsageError
 from traceconv.units import ms
 
-# The changes that stand for each finding's fix (``whatif --remove`` specs).
-CHANGES: dict[str, list[str]] = {
-    "SYNC_STALLS": ["syncs"],
-    "HOST_DEVICE_COPIES": ["copies:HtoD", "copies:DtoH"],
+# The changes that stand for each finding's fix (``whatif --remove`` specs), and what they take away.
+CHANGES: dict[str, tuple[list[str], str]] = {
+    "SYNC_STALLS": (["syncs"], "them"),
+    "HOST_DEVICE_COPIES": (["copies:HtoD", "copies:DtoH"], "them"),
 }
+# GPU_IDLE's fix, where the host mostly did its own work outside every operator (a data pipeline,
+# Python between steps): that work out of the step.
+IDLE_OUTSIDE_OPS = (["host:outside-ops"], "the host's work outside every operator")
 MAX_ROWS = 400_000
 _WINS = re.compile(r"fixing it would win about [^;)]*\([0-9.]+%\)")
 
 
 def with_replayed_savings(
-    source: Source, facts: Facts, findings: list[Finding], step_pattern: str
+    source: Source, facts: Facts, findings: list[Finding], step_pattern: str, idle_cause: str | None = None
 ) -> tuple[list[Finding], list[str]]:
-    """``findings`` with the savings of those whose fix the graph can replay; and notes."""
-    todo = [f for f in findings if f.code in CHANGES]
+    """``findings`` with the savings of those whose fix the graph can replay; and notes. ``idle_cause``:
+    what the host mostly did while the GPU waited (:func:`~traceconv.analyses.summary.findings.idle_cause`)."""
+    changes = dict(CHANGES)
+    if idle_cause == "outside_ops":
+        changes["GPU_IDLE"] = IDLE_OUTSIDE_OPS
+    todo = [f for f in findings if f.code in changes]
     steps = facts.steps
     if not todo or steps is None or not steps.median_ns:
         return findings, []
@@ -55,13 +63,14 @@ def with_replayed_savings(
         return findings, []
     out = []
     for f in findings:
-        if f.code not in CHANGES:
+        if f.code not in changes:
             out.append(f)
             continue
-        change, _ = parse(m.graph, CHANGES[f.code], [])
+        specs, without = changes[f.code]
+        change, _ = parse(m.graph, specs, [])
         saving = max(steps.median_ns - predict(m, change), 0)
         pct = saving * 100.0 / steps.median_ns
-        wins = f"fixing it would win about {ms(saving)} a step ({pct:.0f}%: the step replayed without them)"
+        wins = f"fixing it would win about {ms(saving)} a step ({pct:.0f}%: the step replayed without {without})"
         message = _WINS.sub(wins, f.message, count=1)
         out.append(
             dataclasses.replace(
