@@ -29,7 +29,7 @@ from traceconv.analyses.prepare import NO_OP, prepare
 from traceconv.analyses.results import MemoryPeak
 from traceconv.analyses.source import Source
 from traceconv.analyses.summary import as_dict, summarize
-from traceconv.analyses.summary.findings import memory_findings
+from traceconv.analyses.summary.memory_findings import memory_findings
 from traceconv.analyses.thresholds import DEFAULTS
 from traceconv.cli import main
 

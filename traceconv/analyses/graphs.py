@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from traceconv.analyses.prepare import graph_launched
 from traceconv.analyses.source import Source
+from traceconv.analyses.vocabulary import graph_launched
 
 # A replayed row matched to its capture: its operator is not its launch call's (g: the row, l: the call).
 CAPTURED = "coalesce(g.op_event_id IS DISTINCT FROM l.op_event_id AND l.event_id IS NOT NULL, false)"

@@ -10,7 +10,6 @@ one name (``ProfilerStep#*``), and ``emit_nvtx``'s per-call suffixes dropped.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,18 +20,21 @@ import pyarrow as pa
 from traceconv.analyses import intervals as I
 from traceconv.analyses.source import Source, literal, one_of
 from traceconv.analyses.steps import STEP_PATTERN, HostSteps, Launched, Steps, host_steps, lived, step_label, step_regex
+from traceconv.analyses.vocabulary import (
+    GPU_KINDS,
+    GPU_NAMES,
+    GPU_WORK,
+    GPU_WORK_KINDS,
+    GRAPH_LAUNCH,
+    gpu_names,
+)
 
 RANGE_KINDS = ("cpu_op", "nvtx", "cuda_api")
 OP_KINDS = ("cpu_op", "nvtx")
-GPU_KINDS = ("kernel", "memcpy", "memset")
-# GPU work: the GPU rows, and CUDA graphs that Nsight Systems traced whole (one row an execution).
-GPU_WORK_KINDS = (*GPU_KINDS, "graph")
-GPU_WORK = f"kind IN {GPU_WORK_KINDS}"
 NO_OP = "(no operator)"
 LAUNCH_GAP_NS = 200_000  # a gap the host leaves between CUDA calls shorter than this is launch overhead
 _EMIT_NVTX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$", re.DOTALL)
 _PYTORCH = re.compile(r"^(aten::|ProfilerStep#|autograd::|torch\.)|at::native::|at::cuda::|\bc10::")
-_GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)Graph(Launch|Replay)")
 
 # What the analyses read of the unified schema: load(path, columns=INPUT_COLUMNS).
 INPUT_COLUMNS = (
@@ -212,7 +214,7 @@ def _gpu_extents(source: Source) -> tuple[dict[str, Any], dict[str, tuple[int, i
         f"max(end_ns) FILTER (WHERE {done}) AS e FROM events WHERE kind IN {(*GPU_WORK_KINDS, 'sync')} GROUP BY ALL"
     ).to_pylist()
     work = [g for g in groups if g["kind"] != "sync"]
-    source.kept("gpu_names", lambda: sorted({(str(g["kind"]), g["name"], g["launch"]) for g in work}, key=str))
+    source.kept(GPU_NAMES, lambda: sorted({(str(g["kind"]), g["name"], g["launch"]) for g in work}, key=str))
     rows = [g for g in groups if g["kind"] != "graph"]  # the GPU and sync rows
     extents = {
         "first": min((v for g in rows if (v := g["first"]) is not None), default=None),
@@ -322,66 +324,7 @@ def _program(source: Source, sources: str) -> Program:
     names = [n for _, n in hosts] + [n for k, n, _ in gpu_names(source) if k in GPU_KINDS]
     api = [n for k, n in hosts if k == "cuda_api"]
     torch = "pytorch" in sources or any(_PYTORCH.search(str(n)) for n in names if n is not None)
-    return Program("pytorch" if torch else "cuda", cuda_graphs=any(_GRAPH_LAUNCH.match(str(n)) for n in api if n))
-
-
-def kind_counts(source: Source) -> dict[str | None, int]:
-    """The rows of each kind, read once per Source."""
-
-    def read() -> dict[str | None, int]:
-        rows = source.arrow("SELECT CAST(kind AS VARCHAR) AS kind, count(*) AS n FROM events GROUP BY kind").to_pylist()
-        return {r["kind"]: int(r["n"]) for r in rows}
-
-    got: dict[str | None, int] = source.kept("kind_counts", read)
-    return got
-
-
-def gpu_names(source: Source) -> list[tuple[str, str | None, str | None]]:
-    """Each distinct (kind, name, launch call's name) of the GPU work, read once per Source: what the
-    analyses test names against (communication kernels, graph launches, Triton kernels)."""
-
-    def read() -> list[tuple[str, str | None, str | None]]:
-        launch = "launch_name" if source.has("launch_name") else "NULL"
-        rows = source.arrow(
-            f"SELECT DISTINCT CAST(kind AS VARCHAR) AS kind, CAST(name AS VARCHAR) AS name, CAST({launch} AS VARCHAR) "
-            f"AS launch FROM events WHERE {GPU_WORK}"
-        ).to_pylist()
-        return [(str(r["kind"]), r["name"], r["launch"]) for r in rows]
-
-    got: list[tuple[str, str | None, str | None]] = source.kept("gpu_names", read)
-    return got
-
-
-def launch_names(source: Source, test: Callable[[str], bool]) -> list[str]:
-    """The launch calls' names of the GPU work that pass ``test``."""
-    return sorted({n for _, _, n in gpu_names(source) if n is not None and test(n)})
-
-
-COMM_KERNELS = ("nccl", "rccl")  # what the name of a communication kernel holds (in any case)
-
-
-def comm_kernels(source: Source) -> list[str]:
-    """The names of the GPU work that communicates (NCCL's and RCCL's kernels), among the few distinct
-    names: tested once per name, not on every row."""
-    return sorted(
-        {
-            n
-            for k, n, _ in gpu_names(source)
-            if k not in ("memcpy", "memset") and n and any(c in n.lower() for c in COMM_KERNELS)
-        }
-    )
-
-
-def graph_launched(source: Source, column: str = "launch_name") -> str:
-    """SQL: whether a GPU row was launched by a call that launches a graph, a call named
-    ``^(cuda|hip|cu)Graph(Launch|Replay)`` (``column``: the call's name; null where it has none;
-    ``false`` where no call does)."""
-    return one_of(column, launch_names(source, lambda n: bool(_GRAPH_LAUNCH.match(n))))
-
-
-def graph_replayed(source: Source, column: str = "launch_name") -> str:
-    """SQL: :func:`graph_launched`, false (not null) where the row has no launch call."""
-    return f"coalesce({graph_launched(source, column)}, false)"
+    return Program("pytorch" if torch else "cuda", cuda_graphs=any(GRAPH_LAUNCH.match(str(n)) for n in api if n))
 
 
 def as_source(data: pa.Table | Source) -> Source:

@@ -23,8 +23,8 @@ import pandas as pd
 from traceconv.analyses.compiled.compiles import Compile, compiles
 from traceconv.analyses.compiled.names import fused_ops, kernel_kind
 from traceconv.analyses.compiled.regions import RegionRow, regions
-from traceconv.analyses.prepare import gpu_names
 from traceconv.analyses.source import Source
+from traceconv.analyses.vocabulary import gpu_names
 
 __all__ = ["Compile", "Compiled", "FusedOp", "RegionRow", "compiled", "fused_table"]
 

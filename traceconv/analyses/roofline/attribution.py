@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import graph_launched, op_label
+from traceconv.analyses.prepare import op_label
 from traceconv.analyses.roofline import flops as F
 from traceconv.analyses.roofline import tensor_cores as T
 from traceconv.analyses.source import Source, literals
+from traceconv.analyses.vocabulary import graph_launched
 
 # Per kernel: these, from :func:`kernels`.
 _PER_CALL = "|".join(f'"{k}"' for k in ("External id", "Record function id", "Ev Idx", "Sequence number"))

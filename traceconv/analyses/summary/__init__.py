@@ -57,8 +57,9 @@ from traceconv.analyses.steps import STEP_PATTERN, Steps
 from traceconv.analyses.summary import measure as MS
 from traceconv.analyses.summary.attribution import ops as O
 from traceconv.analyses.summary.coverage import lacks
-from traceconv.analyses.summary.findings import evaluate, idle_cause, memory_findings
+from traceconv.analyses.summary.findings import evaluate, idle_cause
 from traceconv.analyses.summary.measure import ScopeStats
+from traceconv.analyses.summary.memory_findings import memory_findings
 from traceconv.analyses.summary.path import of_scope
 from traceconv.analyses.summary.recompiles import recompiles
 from traceconv.analyses.summary.replayed import with_replayed_savings

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 
-from traceconv.analyses.prepare import GPU_WORK_KINDS, HOST_RANGES, Facts, kind_counts, step_hint
+from traceconv.analyses.prepare import HOST_RANGES, Facts, step_hint
 from traceconv.analyses.results import Lack
 from traceconv.analyses.source import Source
+from traceconv.analyses.vocabulary import GPU_WORK_KINDS, kind_counts
 
 SAMPLED_OPS = 10_000  # CPU operators whose arguments are looked at for shapes
 _DROPPED = re.compile(r"drop|lost|overflow|discard|buffer.*full", re.IGNORECASE)

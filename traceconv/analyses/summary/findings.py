@@ -27,11 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from traceconv.analyses.finding import Finding, make, ordered, ratio
-from traceconv.analyses.memory import growth
+from traceconv.analyses.finding import Finding, ordered
 from traceconv.analyses.metrics import Utilisation
 from traceconv.analyses.prepare import Program
-from traceconv.analyses.results import CallTally, MemoryPeak, OpTally
+from traceconv.analyses.results import CallTally, OpTally
 from traceconv.analyses.roofline import Roofline
 from traceconv.analyses.summary.advice import fix, idle_fix, tiny_fix
 from traceconv.analyses.summary.matrix import CHECKS as MATRIX_CHECKS
@@ -52,7 +51,7 @@ CODES = (
     "NO_TENSOR_CORES",
     "LOW_MFU",
     "RECOMPILES",  # traceconv.analyses.summary.recompiles
-    # memory (memory_findings)
+    # memory (traceconv.analyses.summary.memory_findings)
     "MEMORY_GROWTH",
     "FRAGMENTATION",
 )
@@ -366,45 +365,3 @@ _CHECKS: tuple[Callable[[ScopeStats, Thresholds, Program], Finding | None], ...]
     low_occupancy,
     tiny_kernels,
 )
-
-
-# -- memory: per device, from traceconv.analyses.memory ----------------------------------------
-def memory_findings(
-    memory: dict[str, MemoryPeak], t: Thresholds = DEFAULTS, program: Program = PYTORCH
-) -> list[Finding]:
-    """``MEMORY_GROWTH`` and ``FRAGMENTATION``: at most one of each, for the device furthest past."""
-    out = []
-    for check in (memory_growth, fragmentation):
-        found = [f for dev, peak in memory.items() if dev != "cpu" and (f := check(dev, peak, t, program))]
-        if found:
-            out.append(max(found, key=ratio))
-    return out
-
-
-def memory_growth(dev: str, m: MemoryPeak, t: Thresholds, program: Program) -> Finding | None:
-    per_step = growth(m.step_end_bytes)
-    if per_step is None or per_step / 1e6 < t.MEMORY_GROWTH:
-        return None
-    ends = m.step_end_bytes
-    msg = (
-        f"GPU {dev}: allocated memory at the end of each step never falls and grows over {len(ends)} steps, "
-        f"{mb(per_step)} a step ({mb(ends[0])} -> {mb(ends[-1])}): something keeps tensors across steps, a leak. "
-        f"Fix: {fix('MEMORY_GROWTH', program)}"
-    )
-    return make("MEMORY_GROWTH", per_step / 1e6, t.MEMORY_GROWTH, msg)
-
-
-def fragmentation(dev: str, m: MemoryPeak, t: Thresholds, program: Program) -> Finding | None:
-    reserved = m.reserved_at_peak_bytes
-    if not reserved:
-        return None
-    free = reserved - m.allocated_peak_bytes
-    value = free * 100.0 / reserved
-    if value < t.FRAGMENTATION or free / 1e6 < t.min_fragmentation_mb:
-        return None
-    msg = (
-        f"GPU {dev}: at the allocated peak ({mb(m.allocated_peak_bytes)}) the caching allocator holds "
-        f"{mb(reserved)}: {value:.0f}% of it ({mb(free)}) reserved but not allocated, cached blocks too "
-        f"fragmented to reuse. Fix: {fix('FRAGMENTATION', program)}"
-    )
-    return make("FRAGMENTATION", value, t.FRAGMENTATION, msg)

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts, graph_launched
+from traceconv.analyses.prepare import HOST_RANGES, HOST_THREAD, Facts
 from traceconv.analyses.results import Bound, Copies, DeviceTime, IdleBreakdown, IdleGaps, LaunchFacts, Syncs
 from traceconv.analyses.source import Source, Within
 from traceconv.analyses.summary.attribution import gpu as G
@@ -34,6 +34,7 @@ from traceconv.analyses.summary.timeline import busy as B
 from traceconv.analyses.summary.timeline import gaps as GP
 from traceconv.analyses.summary.verdict import verdict
 from traceconv.analyses.thresholds import Thresholds
+from traceconv.analyses.vocabulary import graph_launched
 from traceconv.errors import ResourceError
 
 PARTS = (1, 8, 64)  # the aggregate per host range is tried whole, then in this many parts

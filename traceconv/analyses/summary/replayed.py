@@ -18,8 +18,9 @@ import dataclasses
 import re
 
 from traceconv.analyses.finding import Finding, saving_severity
-from traceconv.analyses.prepare import Facts, kind_counts
+from traceconv.analyses.prepare import Facts
 from traceconv.analyses.source import Source
+from traceconv.analyses.vocabulary import kind_counts
 from traceconv.errors import UsageError
 from traceconv.units import ms
 

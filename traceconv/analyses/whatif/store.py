@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import GPU_WORK_KINDS, comm_kernels
 from traceconv.analyses.source import Source, literal, one_of
 from traceconv.analyses.steps import Steps
+from traceconv.analyses.vocabulary import GPU_WORK_KINDS, comm_kernels
 from traceconv.analyses.whatif.graph import NONE, Calls, Coded, Gpu, Graph, Ops
 
 WINDOW_CALLS = 1 << 17  # a window's calls, about: it ends at the first synchronisation after them

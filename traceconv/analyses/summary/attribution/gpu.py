@@ -13,16 +13,17 @@ from typing import Any
 
 import pandas as pd
 
-from traceconv.analyses.prepare import NO_OP, graph_replayed
+from traceconv.analyses.prepare import NO_OP
 from traceconv.analyses.results import Copies, CopyOpTally, LaunchFacts
 from traceconv.analyses.source import Source, Within
+from traceconv.analyses.vocabulary import graph_replayed
 
 TOP_OPS = 5
 
 
 def _gpu(source: Source) -> str:
     """The GPU rows with what the tables need; ``replayed``: a kernel replayed from a graph (its launch is
-    the graph's: :func:`~traceconv.analyses.prepare.graph_replayed`)."""
+    the graph's: :func:`~traceconv.analyses.vocabulary.graph_replayed`)."""
     return (
         "SELECT coalesce(trace_id, '') AS trace_id, event_id, kind, name, short_name, start_ns, end_ns, dur_ns, "
         "device, launch_event_id, launch_start_ns, launch_end_ns, queue_ns, op_event_id, op_name, bytes, "

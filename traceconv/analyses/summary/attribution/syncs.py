@@ -21,9 +21,10 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from traceconv.analyses.prepare import HOST_RANGES, NO_OP, gpu_names, host_names
+from traceconv.analyses.prepare import HOST_RANGES, NO_OP, host_names
 from traceconv.analyses.results import CallTally, OpTally, StagingTally, Syncs, SyncTally
 from traceconv.analyses.source import Source, literals, one_of
+from traceconv.analyses.vocabulary import gpu_names
 
 SYNC_CALL = re.compile(
     r"^(cuda|hip)(Stream|Device|Event|Ctx|Thread)Synchronize"

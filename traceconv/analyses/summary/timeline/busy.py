@@ -27,11 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceconv.analyses import intervals as I
-from traceconv.analyses.prepare import LAUNCH_GAP_NS, comm_kernels, op_names
+from traceconv.analyses.prepare import LAUNCH_GAP_NS, op_names
 from traceconv.analyses.results import DeviceTime, IdleBreakdown
 from traceconv.analyses.source import Source, one_of
 from traceconv.analyses.summary.scopes import GpuWindows
 from traceconv.analyses.summary.timeline import gaps as G
+from traceconv.analyses.vocabulary import comm_kernels
 
 Segments = tuple[I.I64, I.I64]
 COMM_OPS = "c10d::"  # what the name of an operator that communicates starts with (and record_param_comms)
