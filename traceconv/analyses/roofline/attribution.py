@@ -26,7 +26,8 @@ from traceconv.analyses.roofline import tensor_cores as T
 from traceconv.analyses.source import Source, literals
 from traceconv.analyses.vocabulary import graph_launched
 
-# Per kernel: these, from :func:`kernels`.
+# The ids Kineto writes into each call's arguments: zeroed in the read, so that the calls of one shape
+# share one text and are parsed once (:func:`~traceconv.analyses.roofline.flops.work`).
 _PER_CALL = "|".join(f'"{k}"' for k in ("External id", "Record function id", "Ev Idx", "Sequence number"))
 
 
@@ -35,8 +36,6 @@ def read(source: Source) -> pd.DataFrame:
     the trace holds the launch) with their operator's name and, for the operators whose work can be
     counted, its arguments."""
     families = literals(F.FAMILY_PREFIXES)
-    # the ids Kineto writes into each call's arguments, zeroed: the calls of one shape share one text,
-    # whose work is counted once (thousands of calls, a few shapes)
     same = f"regexp_replace(args, '({_PER_CALL}): *-?[0-9]+', '\\1: 0', 'g')"
     args = f"CASE WHEN split_part(name, ',', 1) IN ({families}) THEN {same} END" if source.has("args") else "NULL"
     dur = "k.dur_ns" if source.has("dur_ns") else "k.end_ns - k.start_ns"  # key_averages' tables lack some
@@ -173,13 +172,9 @@ def _with_work(out: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     rows = first.to_numpy()
     kept = counted[texts.cat.codes.to_numpy()[rows]]
     names = texts.to_numpy()
-    seen: dict[bytes, F.Work | None] = {}
-    counted_texts: dict[tuple[str, str | None], F.Work | None] = {}  # by the operator's text and arguments
+    seen: dict[object, F.Work | None] = {}
     for k, row in zip(first.index.to_numpy()[kept], rows[kept], strict=True):
-        call = (str(names[row]), _text(args[row]))
-        if call not in counted_texts:
-            counted_texts[call] = F.work(*call, seen)
-        found = counted_texts[call]
+        found = F.work(str(names[row]), _text(args[row]), seen)
         if found is not None:
             flops[k], elements[k], dtypes[k] = found.flops, found.elements, found.dtype
             sizes[k] = F.SIZES.get(found.dtype or "", 0)

@@ -103,13 +103,17 @@ FAMILY_PREFIXES = tuple(sorted({*NAMES, "aten::convolution_backward"}))
 _SIZES = re.compile(r"sizes = ")
 
 
-def work(name: str, args: str | None, seen: dict[bytes, Work | None] | None = None) -> Work | None:
+def work(name: str, args: str | None, seen: dict[object, Work | None] | None = None) -> Work | None:
     """The work of one call of operator ``name`` (an NVTX range's whole text under Nsight Systems) whose
     trace arguments are ``args`` (JSON text, or None); None where it is no matrix work or unknown.
-    ``seen``: the work of the calls counted before, by what it depends on (an operator's calls repeat a
-    few shapes, each in arguments of their own)."""
+    ``seen``: the work of the calls counted before, by their text (calls of one shape whose arguments
+    read alike are parsed once) and by what it depends on (an operator's calls repeat a few shapes,
+    each in arguments of their own)."""
     if not counted(name):
         return None
+    text = (name, args)
+    if seen is not None and text in seen:
+        return seen[text]
     op, dims, types, concrete = _inputs(name, args)
     given = _flops_arg(args)
     if seen is None:
@@ -117,6 +121,7 @@ def work(name: str, args: str | None, seen: dict[bytes, Work | None] | None = No
     key = orjson.dumps([op, dims, types, concrete, given])
     if key not in seen:
         seen[key] = _work(op, dims, types, concrete, given)
+    seen[text] = seen[key]
     return seen[key]
 
 

@@ -128,12 +128,12 @@ def store(source: Source, steps: Steps) -> Store:
     strings = source.arrow(f"SELECT v FROM {p}_strings ORDER BY code")["v"].to_pylist()
     _calls(source, p, where)
     _gpu(source, p, where, steps)
-    ops = _ops(source, p, where, strings)
+    rows = int(source.scalar(f"SELECT count(*) FROM {p}_gpu"))
+    ops = _ops(source, p, where, strings, rows)
     source.run(f"DROP TABLE {p}_strings")
     usual = _usual(source, p)
     lane_device = _ints(source.arrow(f"SELECT DISTINCT lane, device FROM {p}_gpu ORDER BY lane")["device"])
     dep_rows, dep, dep_gap = _collective_waits(source, p, usual)
-    rows = int(source.scalar(f"SELECT count(*) FROM {p}_gpu"))
     return Store(
         source,
         p,
@@ -202,7 +202,8 @@ def _gpu(source: Source, p: str, where: Callable[..., str], steps: Steps) -> Non
     )
 
 
-def _ops(source: Source, p: str, where: Callable[..., str], strings: list[str | None]) -> Ops:
+def _ops(source: Source, p: str, where: Callable[..., str], strings: list[str | None], rows: int) -> Ops:
+    """The process's operators and annotations, and whether they enclose its launches (``rows``: its GPU rows)."""
     name_c, name_j = _code("r.name", "name", p)
     ops = _Columns(
         source.batches(
@@ -215,7 +216,7 @@ def _ops(source: Source, p: str, where: Callable[..., str], strings: list[str | 
     end = np.maximum(end, start)
     ranges = I.union(start, end)
     # the launching calls' starts, a sample spread over the process, inside the ranges' union?
-    every = max(int(source.scalar(f"SELECT count(*) FROM {p}_gpu")) // SAMPLED_LAUNCHES, 1)
+    every = max(rows // SAMPLED_LAUNCHES, 1)
     at = _ints(source.arrow(f"SELECT call_s FROM {p}_gpu WHERE call_s IS NOT NULL AND id % {every} = 0")["call_s"])
     enclose = bool(I.inside(at, *ranges).mean() >= 0.5) if len(at) else True
     return Ops(start, end, ops.coded("name", strings), ranges, enclose)
